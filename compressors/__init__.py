@@ -1,0 +1,11 @@
+"""Gradient compressors, error feedback, and compressed collectives.
+
+Knows nothing of Ray, YAML or workloads: torch tensors (CPU or CUDA) in,
+payloads (flat uint8 tensors) out.
+"""
+from .base import Compressor
+from .feedback import ErrorFeedback
+from .registry import COMPRESSORS, NAMES, NATIVE, check_params, get
+from .wire import PayloadError
+
+__all__ = ["COMPRESSORS", "NAMES", "NATIVE", "Compressor", "ErrorFeedback", "PayloadError", "check_params", "get"]

@@ -1,0 +1,47 @@
+"""1-bit SGD (Seide et al. 2014, as in CNTK).
+
+Per column (a row of the 2-D view, see ``wire.matrix_shape``) the two
+reconstruction values are the mean of the entries >= 0 and the mean of the
+entries < 0 (0 for an empty side); each entry sends one bit (1: >= 0).
+Error feedback is part of the method: use it through ``ErrorFeedback``.
+A NaN entry falls on the negative side and makes that column's mean NaN.
+
+Body: ``rows`` float32 positive means, ``rows`` float32 negative means, then
+``ceil(n / 8)`` bytes of bits (little-endian).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import bits as bitpack
+from . import wire
+from .base import Compressor, numel
+
+
+class OneBit(Compressor):
+    name = "onebit"
+    needs_error_feedback = True
+
+    def _body_nbytes(self, shape):
+        rows, _ = wire.matrix_shape(shape)
+        return 8 * rows + bitpack.packed_nbytes(numel(shape), 1)
+
+    def _encode_body(self, flat, shape, *, step, rank, stream):
+        rows, cols = wire.matrix_shape(shape)
+        m = flat.view(rows, cols)
+        positive = m >= 0
+        n_pos = positive.sum(dim=1)
+        sum_pos = torch.where(positive, m, 0.0).sum(dim=1)
+        sum_neg = torch.where(positive, 0.0, m).sum(dim=1)
+        mean_pos = torch.where(n_pos > 0, sum_pos / n_pos.clamp(min=1), 0.0)
+        n_neg = cols - n_pos
+        mean_neg = torch.where(n_neg > 0, sum_neg / n_neg.clamp(min=1), 0.0)
+        return [mean_pos, mean_neg, bitpack.pack_signs(positive)]
+
+    def _decode_body(self, payload, start, shape):
+        rows, cols = wire.matrix_shape(shape)
+        mean_pos = wire.section(payload, start, rows, torch.float32)
+        mean_neg = wire.section(payload, start + 4 * rows, rows, torch.float32)
+        data = wire.section(payload, start + 8 * rows, bitpack.packed_nbytes(rows * cols, 1), torch.uint8)
+        positive = bitpack.unpack_signs(data, rows * cols).view(rows, cols)
+        return torch.where(positive, mean_pos[:, None], mean_neg[:, None]).reshape(-1)

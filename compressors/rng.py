@@ -1,0 +1,75 @@
+"""Counter-based uniform random numbers for stochastic rounding.
+
+``u = hash(key(seed, step, rank, stream), index)``: no global RNG state, so a
+payload depends only on its inputs and every backend (this torch/numpy code,
+the CUDA kernels) draws the same numbers.  The element hash is
+``fmix32(index * 0x9E3779B1 ^ key)`` (MurmurHash3's finaliser) and the
+uniform is its top 24 bits times 2**-24, exact in float32, in [0, 1).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+_M32 = 0xFFFFFFFF
+GOLDEN = 0x9E3779B1
+FMIX1 = 0x85EBCA6B
+FMIX2 = 0xC2B2AE35
+
+
+def fmix32(x: int) -> int:
+    x &= _M32
+    x ^= x >> 16
+    x = (x * FMIX1) & _M32
+    x ^= x >> 13
+    x = (x * FMIX2) & _M32
+    x ^= x >> 16
+    return x
+
+
+def stream_key(seed: int, step: int, rank: int, stream: int) -> int:
+    """Fold the four counters into one 32-bit key (chained fmix32)."""
+    key = 0
+    for part in (seed, step, rank, stream):
+        key = fmix32(key ^ fmix32((part & _M32) + GOLDEN))
+    return key
+
+
+def uniform(key: int, n: int, device: torch.device) -> torch.Tensor:
+    """``n`` float32 uniforms for element indices ``0..n-1`` under ``key``."""
+    if torch.device(device).type == "cpu":
+        return torch.from_numpy(_uniform_numpy(key, n))
+    return _uniform_torch(key, n, device)
+
+
+def _uniform_numpy(key: int, n: int) -> np.ndarray:
+    # numpy's uint32 arithmetic wraps by definition and is ~4x faster than
+    # emulating it with torch int32 on the CPU.
+    x = np.arange(n, dtype=np.uint32)
+    x *= np.uint32(GOLDEN)
+    x ^= np.uint32(key)
+    x ^= x >> 16
+    x *= np.uint32(FMIX1)
+    x ^= x >> 13
+    x *= np.uint32(FMIX2)
+    x ^= x >> 16
+    x >>= 8
+    return x.astype(np.float32) * np.float32(2.0**-24)
+
+
+def _signed32(c: int) -> int:
+    return c - (1 << 32) if c >= 1 << 31 else c
+
+
+def _uniform_torch(key: int, n: int, device: torch.device) -> torch.Tensor:
+    # int32 multiplication wraps modulo 2**32 on every torch backend; right
+    # shifts are arithmetic, so mask the sign-extended bits away.
+    x = torch.arange(n, dtype=torch.int32, device=device)
+    x = x * _signed32(GOLDEN)
+    x = x ^ _signed32(key)
+    x = x ^ ((x >> 16) & 0xFFFF)
+    x = x * _signed32(FMIX1)
+    x = x ^ ((x >> 13) & 0x7FFFF)
+    x = x * _signed32(FMIX2)
+    x = x ^ ((x >> 16) & 0xFFFF)
+    return ((x >> 8) & 0xFFFFFF).to(torch.float32) * (2.0**-24)

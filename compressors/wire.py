@@ -1,0 +1,136 @@
+"""Wire format shared by every compressor.
+
+A payload is one flat ``torch.uint8`` tensor: a fixed header followed by the
+body.  The header (little-endian) is::
+
+    magic    4s   b"LPGC"
+    version  u8   FORMAT_VERSION
+    codec    u8   compressor id (``CODEC_IDS``)
+    dtype    u8   dtype of the encoded tensor (``DTYPE_CODES``)
+    ndim     u8   0..MAX_NDIM
+    p0,p1,p2 u32  compressor parameters (meaning per compressor)
+    p3       f32  compressor parameter (meaning per compressor)
+    numel    u64  number of elements
+    body     u64  body length in bytes
+    shape    ndim x u64
+
+That is ``40 + 8 * ndim`` bytes, a multiple of 8, so fp32/int32 sections of the
+body can be viewed in place.  ``read_header`` checks every field against the
+bytes actually present before any section of the body is touched.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import torch
+
+MAGIC = b"LPGC"
+FORMAT_VERSION = 1
+MAX_NDIM = 8
+# numel is kept below 2**31 so int32 indices and offsets can never overflow.
+MAX_NUMEL = 2**31 - 1
+_FIXED = struct.Struct("<4sBBBBIIIfQQ")
+HEADER_FIXED_NBYTES = _FIXED.size  # 40
+
+CODEC_IDS = {
+    "none": 1, "fp16": 2, "bf16": 3, "dynamic8": 4, "linear8": 5,
+    "qsgd": 6, "onebit": 7, "adaptive": 8, "topk": 9,
+}
+DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3}
+_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+
+
+class PayloadError(ValueError):
+    """A payload is truncated, corrupted, or was not made by this decoder."""
+
+
+@dataclass(frozen=True)
+class Header:
+    codec: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    numel: int
+    params: tuple[int, int, int, float]
+    body_nbytes: int
+
+    @property
+    def nbytes(self) -> int:
+        return header_nbytes(len(self.shape))
+
+
+def header_nbytes(ndim: int) -> int:
+    return HEADER_FIXED_NBYTES + 8 * ndim
+
+
+def encode_header(codec: str, dtype: torch.dtype, shape: tuple[int, ...],
+                  params: tuple[int, int, int, float], body_nbytes: int) -> bytes:
+    shape = tuple(int(s) for s in shape)
+    if len(shape) > MAX_NDIM:
+        raise ValueError(f"tensors of at most {MAX_NDIM} dimensions can be encoded, got {len(shape)}")
+    if dtype not in DTYPE_CODES:
+        raise ValueError(f"dtype {dtype} cannot be encoded; valid: {sorted(map(str, DTYPE_CODES))}")
+    numel = math.prod(shape)
+    if numel > MAX_NUMEL:
+        raise ValueError(f"tensors of at most {MAX_NUMEL} elements can be encoded, got {numel}")
+    p0, p1, p2, p3 = params
+    fixed = _FIXED.pack(MAGIC, FORMAT_VERSION, CODEC_IDS[codec], DTYPE_CODES[dtype], len(shape),
+                        p0, p1, p2, p3, numel, body_nbytes)
+    return fixed + struct.pack(f"<{len(shape)}Q", *shape)
+
+
+def read_header(payload: torch.Tensor) -> Header:
+    """Parse and check the header of ``payload`` (any device)."""
+    if not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8 or payload.dim() != 1:
+        raise PayloadError("a payload must be a 1-D torch.uint8 tensor")
+    total = payload.numel()
+    if total < HEADER_FIXED_NBYTES:
+        raise PayloadError(f"payload truncated: {total} bytes, the header alone needs {HEADER_FIXED_NBYTES}")
+    fixed = payload[:HEADER_FIXED_NBYTES].cpu().numpy().tobytes()
+    magic, version, codec_id, dtype_code, ndim, p0, p1, p2, p3, numel, body = _FIXED.unpack(fixed)
+    if magic != MAGIC:
+        raise PayloadError(f"not a compressor payload: magic {magic!r}, expected {MAGIC!r}")
+    if version != FORMAT_VERSION:
+        raise PayloadError(f"payload format version {version}, this decoder reads version {FORMAT_VERSION}")
+    codec = next((name for name, i in CODEC_IDS.items() if i == codec_id), None)
+    if codec is None:
+        raise PayloadError(f"unknown compressor id {codec_id} in payload")
+    if dtype_code not in _DTYPES:
+        raise PayloadError(f"unknown dtype code {dtype_code} in payload")
+    if ndim > MAX_NDIM:
+        raise PayloadError(f"payload claims {ndim} dimensions, at most {MAX_NDIM} are valid")
+    hdr_len = header_nbytes(ndim)
+    if total < hdr_len:
+        raise PayloadError(f"payload truncated: {total} bytes, the header needs {hdr_len}")
+    shape = struct.unpack(f"<{ndim}Q", payload[HEADER_FIXED_NBYTES:hdr_len].cpu().numpy().tobytes())
+    if numel > MAX_NUMEL or math.prod(shape) != numel:
+        raise PayloadError(f"payload shape {shape} does not match its element count {numel}")
+    if total != hdr_len + body:
+        raise PayloadError(f"payload is {total} bytes, its header says {hdr_len + body}")
+    return Header(codec, _DTYPES[dtype_code], tuple(shape), numel, (p0, p1, p2, p3), body)
+
+
+def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int]:
+    """The 2-D view ``(rows, cols)`` used by per-column methods.
+
+    A "column" of the papers (their matrices were column-major) is one
+    contiguous row of this view: ``(shape[0], numel // shape[0])`` for
+    tensors of two or more dimensions, a single row for 0-D and 1-D ones.
+    """
+    numel = math.prod(shape)
+    if numel == 0:
+        return (0, 0)
+    if len(shape) < 2:
+        return (1, numel)
+    return (shape[0], numel // shape[0])
+
+
+def section(payload: torch.Tensor, start: int, count: int, dtype: torch.dtype) -> torch.Tensor:
+    """``count`` elements of ``dtype`` at byte ``start``; callers have checked the body length."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    raw = payload[start:start + count * itemsize]
+    # A payload sliced out of a gathered buffer may sit at an odd offset.
+    if (raw.storage_offset() * raw.element_size()) % itemsize:
+        raw = raw.clone()
+    return raw.view(dtype)
