@@ -64,7 +64,7 @@ class Compressor(ABC):
         flat = x.detach().reshape(-1).to(torch.float32)
         body = self._encode_body(flat, shape, step=step, rank=rank, stream=stream)
         parts = [torch.frombuffer(bytearray(header), dtype=torch.uint8).to(x.device)]
-        parts += [part.contiguous().reshape(-1).view(torch.uint8) for part in body]
+        parts += [_flat_bytes(part) for part in body]
         return torch.cat(parts)
 
     def decode(self, payload: torch.Tensor) -> torch.Tensor:
@@ -91,6 +91,14 @@ class Compressor(ABC):
     @abstractmethod
     def _decode_body(self, payload: torch.Tensor, start: int, shape: tuple[int, ...]) -> torch.Tensor:
         """Flat float32 values from a payload whose header and body length were checked."""
+
+
+def _flat_bytes(part: torch.Tensor) -> torch.Tensor:
+    flat = part.reshape(-1)
+    # A size-1 slice can count as contiguous with a stride other than 1.
+    if flat.numel() and flat.stride(0) != 1:
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    return flat.view(torch.uint8)
 
 
 def numel(shape: tuple[int, ...]) -> int:

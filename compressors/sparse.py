@@ -107,14 +107,14 @@ class Adaptive(Compressor):
         region = row * 2 + negative
         sums = torch.zeros(2 * rows, dtype=torch.float32, device=flat.device).index_add_(0, region, values)
         counts = torch.bincount(region, minlength=2 * rows)
-        means = torch.where(counts > 0, sums / counts.clamp(min=1), 0.0).view(rows, 2)
+        means = torch.where(counts > 0, sums / counts.clamp(min=1), 0.0).view(rows, 2).t()
         per_row = counts.view(rows, 2).sum(dim=1)
         offsets = (torch.cumsum(per_row, 0) - per_row).to(torch.int32)
         entries = ((idx - row * cols) << 1 | negative).to(torch.int32)
         if self._entry_bytes(shape) == 2:
             entries = entries.view(torch.uint8).view(-1, 4)[:, :2]
         total = torch.tensor([k], dtype=torch.int32, device=flat.device)
-        return [total, offsets, means[:, 0], means[:, 1], entries]
+        return [total, offsets, means[0], means[1], entries]
 
     def _decode_body(self, payload, start, shape):
         rows, cols = wire.matrix_shape(shape)

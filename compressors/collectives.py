@@ -1,0 +1,244 @@
+"""Averaging lists of gradients across a process group, compressed or not.
+
+Every function works in place on its tensors, gives the same result on every
+rank (decoded values are summed in rank order everywhere), runs on gloo with
+CPU tensors and on NCCL with CUDA tensors, and returns a ``StepStats``.
+All tensors of one call travel in one collective per phase.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from . import accounting, wire
+from .base import Compressor
+from .feedback import ErrorFeedback
+
+
+@dataclass
+class StepStats:
+    """What one averaging cost this rank."""
+    bytes_sent: float = 0.0
+    encode_s: float = 0.0
+    comm_s: float = 0.0
+    decode_s: float = 0.0
+    numel: int = 0
+
+    def __iadd__(self, other: "StepStats") -> "StepStats":
+        self.bytes_sent += other.bytes_sent
+        self.encode_s += other.encode_s
+        self.comm_s += other.comm_s
+        self.decode_s += other.decode_s
+        self.numel += other.numel
+        return self
+
+
+class _Phases:
+    """Charges wall time to phases; waits for the GPU so its work lands in the right phase."""
+
+    def __init__(self, stats: StepStats, device: torch.device) -> None:
+        self.stats = stats
+        self.cuda = device.type == "cuda"
+        self.last = self._now()
+
+    def _now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def charge(self, phase: str) -> None:
+        """Add the time since the last charge to ``phase`` (encode, comm or decode)."""
+        now = self._now()
+        setattr(self.stats, f"{phase}_s", getattr(self.stats, f"{phase}_s") + now - self.last)
+        self.last = now
+
+
+# torch 2.13 renamed all_gather_into_tensor (and deprecated the old name); 2.11 has only the old one.
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def world_of(group: dist.ProcessGroup | None) -> tuple[int, int]:
+    if not dist.is_available() or not dist.is_initialized():
+        return 0, 1
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def allreduce_native(tensors: list[torch.Tensor], wire_dtype: torch.dtype,
+                     group: dist.ProcessGroup | None) -> StepStats:
+    """Fused all_reduce of the tensors cast to ``wire_dtype`` (the fp32/fp16/bf16 baselines)."""
+    stats = StepStats(numel=sum(t.numel() for t in tensors))
+    if not tensors:
+        return stats
+    rank, world = world_of(group)
+    phases = _Phases(stats, tensors[0].device)
+    flat = torch.cat([t.reshape(-1).to(wire_dtype) for t in tensors])
+    phases.charge("encode")
+    if world > 1:
+        dist.all_reduce(flat, group=group)
+    phases.charge("comm")
+    flat = flat.to(torch.float32).div_(world)
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset:offset + t.numel()].view(t.shape))
+        offset += t.numel()
+    phases.charge("decode")
+    stats.bytes_sent = accounting.ring_allreduce_bytes(flat.numel() * wire_dtype.itemsize, world)
+    return stats
+
+
+def _compensate(ef: ErrorFeedback | None, key: int | tuple, x: torch.Tensor) -> torch.Tensor:
+    return ef.compensate(key, x) if ef is not None else x.to(torch.float32)
+
+
+def allgather_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Compressor,
+                         ef: ErrorFeedback | None, step: int, group: dist.ProcessGroup | None) -> StepStats:
+    """Every rank encodes, payloads are all-gathered, every rank decodes all and sums."""
+    stats = StepStats(numel=sum(t.numel() for t in tensors))
+    if not tensors:
+        return stats
+    rank, world = world_of(group)
+    phases = _Phases(stats, tensors[0].device)
+    payloads = []
+    for key, t in zip(keys, tensors):
+        v = _compensate(ef, key, t)
+        payload = compressor.encode(v, step=step, rank=rank, stream=_stream(key, 0, world))
+        if ef is not None:
+            ef.update(key, v, compressor.decode(payload))
+        payloads.append(payload)
+    mine = torch.cat(payloads)
+    gathered = torch.empty(world * mine.numel(), dtype=torch.uint8, device=mine.device)
+    phases.charge("encode")
+    if world > 1:
+        _all_gather(gathered, mine, group=group)
+    else:
+        gathered.copy_(mine)
+    phases.charge("comm")
+    sizes = [p.numel() for p in payloads]
+    for i, t in enumerate(tensors):
+        start = sum(sizes[:i])
+        total = torch.zeros(t.shape, dtype=torch.float32, device=t.device)
+        for r in range(world):
+            base = r * mine.numel() + start
+            total += compressor.decode(gathered[base:base + sizes[i]])
+        t.copy_(total.div_(world))
+    phases.charge("decode")
+    stats.bytes_sent = accounting.allgather_bytes(mine.numel(), world)
+    return stats
+
+
+def _stream(key: int, part: int, world: int) -> int:
+    """A distinct random stream per tensor and chunk (part ``world`` is the server's re-encode)."""
+    return (key & 0xFFFFFF) * (world + 1) + part
+
+
+def row_chunks(shape: tuple[int, ...], world: int, key: int) -> list[tuple[int, int]]:
+    """Row ranges ``[start, stop)`` of the 2-D view, one per rank, on column boundaries.
+
+    Rows are split as evenly as possible (the first ``rows % world`` ranks
+    get one more); a tensor with a single row (0-D/1-D) goes whole to one
+    rank, chosen by its key to spread the load.
+    """
+    rows, _ = wire.matrix_shape(shape)
+    if rows == 1:
+        owner = key % world
+        return [(0, 1) if r == owner else (0, 0) for r in range(world)]
+    base, extra = divmod(rows, world)
+    bounds, start = [], 0
+    for r in range(world):
+        stop = start + base + (1 if r < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def _chunk(matrix: torch.Tensor, bounds: tuple[int, int]) -> torch.Tensor:
+    return matrix[bounds[0]:bounds[1]]
+
+
+def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Compressor,
+                   ef: ErrorFeedback | None, server_ef: ErrorFeedback | None, step: int,
+                   group: dist.ProcessGroup | None) -> StepStats:
+    """Reduce-scatter then all-gather, both compressed (the CNTK/LBANN/DeepSpeed/CGX pattern).
+
+    Each rank encodes one chunk per destination; ``all_to_all_single`` sends
+    chunk r to rank r, which decodes and averages the N copies of its chunk,
+    adds its server residual and re-encodes; ``all_gather`` spreads the
+    re-encoded chunks and every rank decodes them into the full tensor.
+    """
+    stats = StepStats(numel=sum(t.numel() for t in tensors))
+    if not tensors:
+        return stats
+    rank, world = world_of(group)
+    device = tensors[0].device
+    phases = _Phases(stats, device)
+    layout = []  # per tensor: (matrix shape, chunk bounds per rank)
+    per_dest: list[list[torch.Tensor]] = [[] for _ in range(world)]
+    for key, t in zip(keys, tensors):
+        shape2 = wire.matrix_shape(tuple(t.shape))
+        bounds = row_chunks(tuple(t.shape), world, key)
+        layout.append((shape2, bounds))
+        v = _compensate(ef, key, t).reshape(shape2)
+        decoded = []
+        for r in range(world):
+            payload = compressor.encode(_chunk(v, bounds[r]), step=step, rank=rank, stream=_stream(key, r, world))
+            per_dest[r].append(payload)
+            if ef is not None:
+                decoded.append(compressor.decode(payload))
+        if ef is not None:
+            ef.update(key, v, torch.cat(decoded).reshape(shape2))
+    send_sizes = [sum(p.numel() for p in ps) for ps in per_dest]
+    send = torch.cat([p for ps in per_dest for p in ps])
+    # What every rank sends to me has the size of my chunks' payloads.
+    my_sizes = [compressor.payload_nbytes((b[rank][1] - b[rank][0], s2[1])) for s2, b in layout]
+    recv = torch.empty(world * sum(my_sizes), dtype=torch.uint8, device=device)
+    phases.charge("encode")
+    if world > 1:
+        dist.all_to_all_single(recv, send, output_split_sizes=[sum(my_sizes)] * world,
+                               input_split_sizes=send_sizes, group=group)
+    else:
+        recv.copy_(send)
+    phases.charge("comm")
+
+    # Server side: average my chunk of every tensor, re-encode it.
+    server_payloads = []
+    for i, (key, (shape2, bounds)) in enumerate(zip(keys, layout)):
+        rows = bounds[rank][1] - bounds[rank][0]
+        total = torch.zeros((rows, shape2[1]), dtype=torch.float32, device=device)
+        for r in range(world):
+            start = r * sum(my_sizes) + sum(my_sizes[:i])
+            total += compressor.decode(recv[start:start + my_sizes[i]]).reshape(rows, shape2[1])
+        total /= world
+        phases.charge("decode")
+        w = _compensate(server_ef, key, total)
+        payload = compressor.encode(w, step=step, rank=rank, stream=_stream(key, world, world))
+        if server_ef is not None:
+            server_ef.update(key, w, compressor.decode(payload))
+        server_payloads.append(payload)
+        phases.charge("encode")
+    mine = torch.cat(server_payloads)
+
+    # Chunks differ in size by a row at most; all_gather needs equal sizes, so pad.
+    sizes_of = [[compressor.payload_nbytes((b[r][1] - b[r][0], s2[1])) for s2, b in layout] for r in range(world)]
+    width = max(sum(s) for s in sizes_of)
+    padded = torch.zeros(width, dtype=torch.uint8, device=device)
+    padded[:mine.numel()] = mine
+    gathered = torch.empty(world * width, dtype=torch.uint8, device=device)
+    phases.charge("encode")
+    if world > 1:
+        _all_gather(gathered, padded, group=group)
+    else:
+        gathered.copy_(padded)
+    phases.charge("comm")
+
+    for i, (t, (shape2, bounds)) in enumerate(zip(tensors, layout)):
+        parts = []
+        for r in range(world):
+            start = r * width + sum(sizes_of[r][:i])
+            parts.append(compressor.decode(gathered[start:start + sizes_of[r][i]]).reshape(-1, shape2[1]))
+        t.copy_(torch.cat(parts).reshape(t.shape))
+    phases.charge("decode")
+    stats.bytes_sent = accounting.alltoall_bytes(send_sizes, rank) + accounting.allgather_bytes(width, world)
+    return stats

@@ -1,0 +1,60 @@
+"""One-line-per-event progress of a running sweep in the terminal (no Ray)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+
+class Progress:
+    """Counts trials and prints a line per epoch and per finished trial.
+
+    Each line starts with the sweep's state: elapsed time, trials finished of
+    all, running, and failed (diverged ones count as finished, not failed).
+    """
+
+    def __init__(self, total: int, finished: int = 0, stream: TextIO = sys.stdout):
+        self.total = total
+        self.finished = finished
+        self.failed = 0
+        self.running: set[str] = set()
+        self.stream = stream
+        self._start = time.monotonic()
+
+    def _say(self, text: str) -> None:
+        minutes, seconds = divmod(int(time.monotonic() - self._start), 60)
+        state = (f"[{minutes:3d}:{seconds:02d} | done {self.finished}/{self.total} | "
+                 f"running {len(self.running)} | failed {self.failed}]")
+        print(f"{state} {text}", file=self.stream, flush=True)
+
+    def started(self, name: str) -> None:
+        self.running.add(name)
+        self._say(f"{name}: started")
+
+    def epoch(self, name: str, metrics: dict[str, Any], epochs: int) -> None:
+        parts = [f"epoch {metrics.get('epoch', '?')}/{epochs}"]
+        for key, text in (("test_accuracy", "acc {:.4f}"), ("train_time_s", "train {:.1f}s"),
+                          ("step_time_s", "step {:.2f}s"), ("compression_ratio", "ratio {:.1f}x")):
+            if isinstance(metrics.get(key), (int, float)):
+                parts.append(text.format(metrics[key]))
+        if metrics.get("status") == "diverged":
+            parts.append("DIVERGED")
+        self._say(f"{name}: " + "  ".join(parts))
+
+    def finished_trial(self, name: str, status: str, reason: str | None, history: list[dict[str, Any]]) -> None:
+        self.running.discard(name)
+        self.finished += 1
+        self.failed += status == "failed"
+        last = history[-1] if history else {}
+        if status == "ok":
+            tta = last.get("time_to_accuracy_s")
+            reached = f"target reached at {tta:.1f}s" if isinstance(tta, (int, float)) else "target not reached"
+            accuracy = last.get("test_accuracy")
+            text = f"ok, accuracy {accuracy:.4f}, {reached}" if isinstance(accuracy, (int, float)) else "ok"
+        else:
+            text = f"{status.upper()}: {reason}"
+        self._say(f"{name}: {text}")
+
+    def note(self, text: str) -> None:
+        self._say(text)

@@ -1,0 +1,76 @@
+"""The results folder of a sweep and its per-trial records (no Ray).
+
+Layout of ``<results>/<sweep name>/``::
+
+    sweep.yaml            copy of the sweep file that was run
+    environment.json      versions, host, CPU and GPUs (orchestrator.env_info)
+    trials/<trial_id>.json  one record per finished trial (written when it finishes)
+    trials.csv, trials.parquet, history.csv, summary.md, plots/   (orchestrator.export)
+    ray/                  Ray Tune and Ray Train storage (logs, per-run state)
+
+A record is ``{"trial_id", "name", "settings", "status", "reason", "history",
+"finished_at"}``: ``status`` is "ok", "diverged" or "failed", ``reason`` says
+why a trial did not finish "ok", ``history`` holds the per-epoch metrics the
+training loop reported. The records are the source of truth: every table and
+plot is rebuilt from them, and ``--resume`` skips the trial ids they hold.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+FINISHED = ("ok", "diverged", "failed")
+
+
+def trials_dir(results: Path) -> Path:
+    return results / "trials"
+
+
+def make_record(trial: dict[str, Any], status: str, reason: str | None,
+                history: list[dict[str, Any]]) -> dict[str, Any]:
+    """A record for ``trial`` (a flat dict from orchestrator.config) that ended in ``status``."""
+    if status not in FINISHED:
+        raise ValueError(f"status must be one of {FINISHED}, got {status!r}")
+    settings = {k: v for k, v in trial.items() if k not in ("name", "trial_id")}
+    return {
+        "trial_id": trial["trial_id"],
+        "name": trial["name"],
+        "settings": settings,
+        "status": status,
+        "reason": reason,
+        "history": history,
+        "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_record(results: Path, record: dict[str, Any]) -> Path:
+    """Write one record atomically, so a sweep killed mid-write leaves no half file."""
+    folder = trials_dir(results)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{record['trial_id']}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=1, default=_jsonable))
+    os.replace(tmp, path)
+    return path
+
+
+def read_records(results: Path) -> list[dict[str, Any]]:
+    """All records of a results folder, oldest first."""
+    records = [json.loads(p.read_text()) for p in sorted(trials_dir(results).glob("*.json"))]
+    return sorted(records, key=lambda r: r["finished_at"])
+
+
+def finished_ids(results: Path) -> set[str]:
+    """Trial ids that have a record: a resumed sweep does not run them again."""
+    return {r["trial_id"] for r in read_records(results)}
+
+
+def _jsonable(value: Any) -> Any:
+    # numpy / torch scalars reported by the training loop
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"cannot store {type(value).__name__} in a trial record")

@@ -1,0 +1,231 @@
+"""Run a sweep on Ray: one Tune trial per grid point, each a Ray Train TorchTrainer.
+
+Ray Train V2 (the default in Ray 2.60) cannot be given to a Tuner directly, so
+every Tune trial is a small function (``_run_trial``, ~0.01 CPU) that builds and
+fits a ``TorchTrainer``; its ``TuneReportCallback`` forwards rank 0's reports
+to Tune. Each train worker runs ``orchestrator.train_loop.train``.
+
+Results are written as trials finish, by a Tune callback: a record per trial
+(orchestrator.records), then every table and plot is rebuilt
+(orchestrator.export). A sweep that is interrupted loses only the trials that
+were running; ``resume=True`` runs only the trials without a record.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from . import env_info
+from .config import Sweep, settings_of
+from .export import export
+from .progress import Progress
+from .records import finished_ids, make_record, write_record
+
+# On small machines each Ray Train report waits for the next health check (default 2 s).
+_RAY_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
+_OBJECT_STORE_BYTES = 256 * 1024**2  # trials exchange only metrics; keep local Ray small
+_TRIAL_CPUS = 0.01  # the Tune trial only waits on its TorchTrainer
+
+
+class ResultsExist(RuntimeError):
+    """The results folder already holds trials of this sweep and ``resume`` was not asked for."""
+
+
+def run_sweep(sweep: Sweep, results_parent: str | os.PathLike, *, address: str | None = None,
+              resume: bool = False, max_concurrent_trials: int | None = None,
+              stream: TextIO = sys.stdout) -> tuple[Path, int]:
+    """Run the trials of ``sweep`` not finished yet; returns the results folder and how many
+    trials are still unfinished (nonzero only when the sweep was interrupted)."""
+    results = (Path(results_parent) / sweep.name).resolve()
+    done = finished_ids(results)
+    if done and not resume:
+        raise ResultsExist(f"{results} already holds {len(done)} finished trial(s) of this sweep: "
+                           "pass --resume to run only the others, or choose another --results folder")
+    results.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(sweep.path, results / "sweep.yaml")
+    todo = [trial for trial in sweep.trials if trial["trial_id"] not in done]
+    progress = Progress(total=len(sweep.trials), finished=len(sweep.trials) - len(todo), stream=stream)
+    if not todo:
+        progress.note(f"nothing to run: every trial has a record in {results / 'trials'}")
+        export(results)
+        return results, 0
+
+    import ray
+    from ray import tune
+
+    _start_ray(address)
+    try:
+        environment = env_info.collect()
+        environment["ray_cluster_resources"] = ray.cluster_resources()
+        (results / "environment.json").write_text(json.dumps(environment, indent=1))
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        run = {
+            "sweep": sweep.name,
+            "cluster": sweep.cluster,
+            "storage_path": str(results / "ray" / f"train-{stamp}"),
+            "cwd": os.getcwd(),  # relative data_dir values are relative to where the sweep was started
+        }
+        progress.note(f"running {len(todo)} trial(s) of {sweep.name}; results in {results}")
+        tuner = tune.Tuner(
+            tune.with_resources(_run_trial, {"cpu": _TRIAL_CPUS}),
+            param_space={"trial": tune.grid_search(todo), "run": run},
+            tune_config=tune.TuneConfig(
+                max_concurrent_trials=max_concurrent_trials or sweep.max_concurrent_trials,
+                trial_name_creator=_trial_name,
+                trial_dirname_creator=_trial_name,
+            ),
+            run_config=tune.RunConfig(
+                name=f"tune-{stamp}",
+                storage_path=str(results / "ray"),
+                callbacks=[_recorder(results, progress)],
+                verbose=0,  # our Progress prints one line per event instead
+            ),
+        )
+        tuner.fit()
+    finally:
+        ray.shutdown()
+    export(results)
+    unfinished = len([t for t in todo if t["trial_id"] not in finished_ids(results)])
+    if unfinished:
+        progress.note(f"interrupted: {unfinished} trial(s) not finished; run again with --resume")
+    return results, unfinished
+
+
+def _start_ray(address: str | None) -> None:
+    """Join ``address`` (or RAY_ADDRESS, set by ``ray job submit``), else start a local Ray."""
+    import ray
+
+    os.environ.update(_RAY_ENV)
+    # Old Tune output engine: it honours verbose=0 (the new one still prints boxes).
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Workers import this package: put its folder on their path unless it is installed.
+    package_root = str(Path(__file__).resolve().parent.parent)
+    python_path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    runtime_env = {"env_vars": {**_RAY_ENV, "PYTHONPATH": python_path}}
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+    else:
+        ray.init(
+            object_store_memory=_OBJECT_STORE_BYTES,
+            include_dashboard=_dashboard_installed(),
+            dashboard_host="127.0.0.1",  # not on every interface by default
+            runtime_env=runtime_env,
+            log_to_driver=False,  # worker logs stay in the Ray session's log folder
+        )
+
+
+def _dashboard_installed() -> bool:
+    """ray[default] brings the dashboard's web server packages."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("aiohttp", "aiohttp_cors"))
+
+
+def _trial_name(trial: Any) -> str:
+    return trial.config["trial"]["name"]
+
+
+def _run_trial(config: dict[str, Any]) -> None:
+    """The Tune trial: fit one TorchTrainer for one grid point (exceptions fail the trial)."""
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    trial, run = config["trial"], config["run"]
+    cluster = run["cluster"]
+    settings = settings_of(trial)
+    if settings["data_dir"] is not None:
+        settings["data_dir"] = os.path.join(run["cwd"], settings["data_dir"])
+    resources = {"CPU": cluster["cpus_per_worker"]}
+    if cluster["use_gpu"]:
+        resources["GPU"] = cluster["gpus_per_worker"]
+    backend = cluster["backend"]
+    if backend == "auto":
+        backend = "nccl" if cluster["use_gpu"] else "gloo"
+    trainer = TorchTrainer(
+        _train_worker,
+        train_loop_config={"settings": settings, "sweep": run["sweep"], "trial": trial["name"]},
+        scaling_config=ScalingConfig(num_workers=trial["num_workers"], use_gpu=cluster["use_gpu"],
+                                     resources_per_worker=resources),
+        run_config=RunConfig(
+            name=trial["name"],  # the run's name on the dashboard's Train page
+            storage_path=run["storage_path"],
+            failure_config=FailureConfig(max_failures=cluster["max_failures"]),
+            callbacks=[TuneReportCallback()],
+        ),
+        torch_config=TorchConfig(backend=backend),
+    )
+    trainer.fit()
+
+
+def _train_worker(config: dict[str, Any]) -> None:
+    """One Ray Train worker: the training loop, reporting each epoch to Tune and the dashboard."""
+    import ray.train
+
+    from .gauges import StepGauges
+    from .train_loop import train
+
+    # metrics are rank-aggregated by the loop; rank 0 alone feeds the gauges
+    gauges = StepGauges(config["sweep"], config["trial"]) if ray.train.get_context().get_world_rank() == 0 else None
+
+    def report(metrics: dict[str, Any]) -> None:
+        if gauges is not None:
+            gauges.update(metrics)
+        ray.train.report({"epoch_metrics": metrics})
+
+    outcome = train(config["settings"], report=report)
+    ray.train.report({"outcome": {"status": outcome["status"], "reason": outcome["reason"]}})
+
+
+def _recorder(results: Path, progress: Progress) -> Any:
+    """A Tune callback that keeps each trial's epochs and writes its record when it ends."""
+    from ray import tune
+
+    class Recorder(tune.Callback):
+        def __init__(self) -> None:
+            self.history: dict[str, list[dict[str, Any]]] = {}
+            self.outcome: dict[str, dict[str, Any]] = {}
+
+        def on_trial_start(self, iteration, trials, trial, **info):
+            self.history[trial.trial_id] = []
+            progress.started(_trial_name(trial))
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if "epoch_metrics" in result:
+                self.history[trial.trial_id].append(result["epoch_metrics"])
+                progress.epoch(_trial_name(trial), result["epoch_metrics"], trial.config["trial"]["epochs"])
+            if "outcome" in result:
+                self.outcome[trial.trial_id] = result["outcome"]
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            outcome = self.outcome.get(trial.trial_id, {
+                "status": "failed", "reason": "the trial ended without the training loop's outcome"})
+            self._finish(trial, outcome["status"], outcome["reason"])
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self._finish(trial, "failed", _error_reason(trial))
+
+        def _finish(self, trial, status: str, reason: str | None) -> None:
+            history = self.history.pop(trial.trial_id, [])
+            write_record(results, make_record(trial.config["trial"], status, reason, history))
+            progress.finished_trial(_trial_name(trial), status, reason, history)
+            try:
+                export(results)
+            except Exception as error:  # keep the sweep running; the record is safe on disk
+                progress.note(f"warning: could not rebuild the tables yet: {error!r}")
+
+    return Recorder()
+
+
+def _error_reason(trial: Any) -> str:
+    """The last line of the trial's traceback: the exception that ended it."""
+    text = trial.get_error() or ""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[-1] if lines else f"trial error (see {trial.error_file})"
