@@ -5,10 +5,12 @@ gradients (so per-column methods see real matrices) through the Reducer and
 hands back the bucket buffer.  The compressed collectives run to completion
 inside the hook, so the timing of encode/comm/decode is exact but DDP cannot
 overlap that communication with the rest of backward.
-"""
-from __future__ import annotations
 
+No ``from __future__ import annotations`` here: DDP compares the hooks'
+annotations with ``dist.GradBucket`` and ``Future[Tensor]`` at registration.
+"""
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -20,8 +22,8 @@ from .collectives import StepStats, world_of
 from .reducer import Reducer
 
 
-def _done(value: torch.Tensor) -> torch.futures.Future:
-    fut: torch.futures.Future = torch.futures.Future()
+def _done(value: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(value)
     return fut
 
@@ -36,7 +38,7 @@ def _bucket_views(bucket: dist.GradBucket) -> list[torch.Tensor]:
     return views
 
 
-def _compressed_hook(reducer: Reducer, bucket: dist.GradBucket) -> torch.futures.Future:
+def _compressed_hook(reducer: Reducer, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     keys = [reducer.param_index[p] for p in bucket.parameters()]
     reducer._average(_bucket_views(bucket), keys)
     if bucket.is_last():
@@ -58,7 +60,7 @@ def powersgd_bytes(shapes: list[torch.Size], matrix_rank: int, world: int, compr
     return sum(accounting.ring_allreduce_bytes(4 * n, world) for n in (dense, low_rank) if n)
 
 
-def _torch_hook(reducer: Reducer, bucket: dist.GradBucket) -> torch.futures.Future:
+def _torch_hook(reducer: Reducer, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """PyTorch's fp16/bf16/PowerSGD hook, run to completion so it can be timed and counted."""
     _, world = world_of(reducer.group)
     shapes = [g.shape for g in bucket.gradients()]
@@ -81,8 +83,11 @@ def _torch_hook(reducer: Reducer, bucket: dist.GradBucket) -> torch.futures.Futu
     return _done(result)
 
 
-def register(reducer: Reducer, model: torch.nn.parallel.DistributedDataParallel) -> None:
-    """Attach ``reducer`` as ``model``'s communication hook.
+Hook = Callable[[Reducer, dist.GradBucket], torch.futures.Future[torch.Tensor]]
+
+
+def prepare(reducer: Reducer, model: torch.nn.parallel.DistributedDataParallel) -> Hook:
+    """Bind ``reducer`` to ``model``'s parameters and choose its hook function.
 
     powersgd, and fp16/bf16 over ``allreduce``, use PyTorch's own hooks
     (``powerSGD_hook``, ``fp16_compress_hook``, ``bf16_compress_hook``);
@@ -93,8 +98,32 @@ def register(reducer: Reducer, model: torch.nn.parallel.DistributedDataParallel)
         reducer._hook_state = powersgd.PowerSGDState(
             process_group=reducer.group, matrix_approximation_rank=reducer.params["matrix_rank"],
             start_powerSGD_iter=2, random_seed=reducer.params["seed"])
-        model.register_comm_hook(reducer, _torch_hook)
-    elif reducer.compressor in ("fp16", "bf16") and reducer.algorithm == "allreduce":
-        model.register_comm_hook(reducer, _torch_hook)
-    else:
-        model.register_comm_hook(reducer, _compressed_hook)
+        return _torch_hook
+    if reducer.compressor in ("fp16", "bf16") and reducer.algorithm == "allreduce":
+        return _torch_hook
+    return _compressed_hook
+
+
+def register(reducer: Reducer, model: torch.nn.parallel.DistributedDataParallel) -> None:
+    """Attach ``reducer`` as ``model``'s communication hook."""
+    model.register_comm_hook(reducer, prepare(reducer, model))
+
+
+class HookSwitch:
+    """One DDP hook that hands each bucket to the active Reducer.
+
+    DDP takes a single hook for its lifetime; this lets training start with
+    fp32 warm-up epochs and switch to the compressed method.
+    """
+
+    def __init__(self, active: Reducer) -> None:
+        self.active = active
+        self._hooks: dict[int, Hook] = {}
+
+    def register(self, model: torch.nn.parallel.DistributedDataParallel, reducers: list[Reducer]) -> None:
+        self._hooks = {id(r): prepare(r, model) for r in reducers}
+        model.register_comm_hook(self, _switch_hook)
+
+
+def _switch_hook(switch: HookSwitch, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return switch._hooks[id(switch.active)](switch.active, bucket)

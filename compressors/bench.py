@@ -1,0 +1,217 @@
+"""Encode / decode throughput of every compressor.
+
+    python -m compressors.bench [--sizes 20,22,24,26] [--repeats 5] [--threads 1]
+                                [--device cpu|cuda] [--json PATH]
+                                [--compressors none,qsgd,...] [--cols 1024]
+
+For each compressor in ``COMPRESSORS`` with its default parameters (``qsgd``
+at ``bits`` 2, 4 and 8) and each size ``n = 2**e`` (``--sizes`` lists the
+exponents), a float32 Gaussian tensor of shape ``(n // cols, cols)`` (a weight
+matrix; ``cols`` defaults to 1024) is encoded and the payload decoded: one
+warm-up, then ``--repeats`` timed runs, of which the median is reported.
+Throughput is ``4 n`` bytes of float32 input per second (GB/s, 1e9 bytes).
+CPU runs are timed with ``time.perf_counter`` under ``torch.set_num_threads``;
+CUDA runs with CUDA events after a ``synchronize``.
+
+Prints a table (compressor, n, encode GB/s, decode GB/s, payload bytes, ratio
+vs fp32) and, with ``--json PATH``, saves it with the machine's description
+(CPU model, threads, torch version, GPU name, date).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .registry import COMPRESSORS, get
+
+QSGD_BITS = (2, 4, 8)
+
+
+def configs(names: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(name, params) of every benchmarked configuration, in registry order."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for name in COMPRESSORS:
+        if names is not None and name not in names:
+            continue
+        if name == "qsgd":
+            out += [(name, {"bits": b}) for b in QSGD_BITS]
+        else:
+            out.append((name, {}))
+    return out
+
+
+def label(name: str, params: dict[str, Any]) -> str:
+    return name + "".join(f" {k}={v}" for k, v in params.items())
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(device: torch.device, threads: int) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "threads": threads,
+        "torch_num_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": str(device),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
+    """``fn()`` and its duration in seconds (CUDA: events around it, after a synchronize)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = fn()
+        end.record()
+        end.synchronize()
+        return out, start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def bench_one(name: str, params: dict[str, Any], x: torch.Tensor, repeats: int) -> dict[str, Any]:
+    c = get(name, **params)
+    device = x.device
+    n = x.numel()
+    # warm-up (allocator, lazy tables, CUDA context)
+    payload = c.encode(x, step=0)
+    c.decode(payload)
+    enc: list[float] = []
+    dec: list[float] = []
+    for r in range(repeats):
+        payload, t = timed(lambda r=r: c.encode(x, step=r + 1), device)
+        enc.append(t)
+        _, t = timed(lambda: c.decode(payload), device)
+        dec.append(t)
+    out = c.decode(payload)
+    # a decode that returns a view of the payload (``none``) copies nothing: its time is the header's
+    aliases = out.numel() > 0 and out.untyped_storage().data_ptr() == payload.untyped_storage().data_ptr()
+    nbytes = int(payload.numel())
+    if nbytes != c.payload_nbytes(x.shape):
+        raise AssertionError(f"{label(name, params)}: payload {nbytes} bytes, payload_nbytes says "
+                             f"{c.payload_nbytes(x.shape)}")
+    enc_s, dec_s = statistics.median(enc), statistics.median(dec)
+    return {
+        "compressor": name,
+        "params": params,
+        "label": label(name, params),
+        "n": n,
+        "log2_n": n.bit_length() - 1,
+        "shape": list(x.shape),
+        "encode_s": enc_s,
+        "decode_s": dec_s,
+        "encode_gbps": 4 * n / enc_s / 1e9,
+        "decode_gbps": 4 * n / dec_s / 1e9,
+        "payload_nbytes": nbytes,
+        "ratio_vs_fp32": 4 * n / nbytes,
+        "decode_is_view": bool(aliases),
+        "encode_runs_s": enc,
+        "decode_runs_s": dec,
+    }
+
+
+def input_tensor(n: int, cols: int, device: torch.device) -> torch.Tensor:
+    shape = (n // cols, cols) if cols and n % cols == 0 and n >= cols else (n,)
+    g = torch.Generator().manual_seed(n)
+    return torch.randn(shape, generator=g).to(device)
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'compressor':<16} {'n':>10} {'encode GB/s':>12} {'decode GB/s':>12} {'payload bytes':>14} {'ratio':>7}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        mark = "*" if r.get("decode_is_view") else " "
+        lines.append(f"{r['label']:<16} {'2^' + str(r['log2_n']):>10} {r['encode_gbps']:>12.3f} "
+                     f"{r['decode_gbps']:>11.3f}{mark} {r['payload_nbytes']:>14d} {r['ratio_vs_fp32']:>7.2f}")
+    if any(r.get("decode_is_view") for r in rows):
+        lines.append("* decode returns a view of the payload (no copy): the time is the header check alone")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m compressors.bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="20,22,24,26", help="exponents e of n = 2**e, comma separated")
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per measurement (median reported)")
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (CPU)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--json", default=None, metavar="PATH", help="save results and machine info here")
+    ap.add_argument("--compressors", default=None, help="comma separated subset of compressor names")
+    ap.add_argument("--cols", type=int, default=1024, help="input shape (n // cols, cols); 0: 1-D")
+    args = ap.parse_args(argv)
+    try:
+        args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        ap.error(f"--sizes: comma separated integers expected, got {args.sizes!r}")
+    if not args.sizes or any(not 0 <= e <= 30 for e in args.sizes):
+        ap.error("--sizes: exponents in [0, 30] expected")
+    if args.repeats < 1 or args.threads < 1 or args.cols < 0:
+        ap.error("--repeats and --threads must be >= 1, --cols >= 0")
+    if args.compressors is not None:
+        args.compressors = [s.strip() for s in args.compressors.split(",") if s.strip()]
+        unknown = [s for s in args.compressors if s not in COMPRESSORS]
+        if unknown:
+            ap.error(f"--compressors: unknown {unknown}; valid: {list(COMPRESSORS)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: CUDA is not available")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    info = machine_info(device, args.threads)
+    print(f"# {info['cpu_model']} | torch {info['torch']} | threads {info['torch_num_threads']} | "
+          f"device {info.get('gpu', info['device'])} | {info['date']}", flush=True)
+    rows: list[dict[str, Any]] = []
+    for e in args.sizes:
+        x = input_tensor(2**e, args.cols, device)
+        for name, params in configs(args.compressors):
+            print(f"  {label(name, params)} 2^{e} ...", file=sys.stderr, flush=True)
+            rows.append(bench_one(name, params, x, args.repeats))
+        del x
+    print(format_table(rows), flush=True)
+    if args.json:
+        out = {"machine": info, "args": {"sizes": args.sizes, "repeats": args.repeats, "threads": args.threads,
+                                         "device": args.device, "cols": args.cols,
+                                         "compressors": args.compressors},
+               "results": rows}
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+        print(f"# saved {args.json}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
