@@ -80,7 +80,8 @@ class Compressor(ABC):
         if header.body_nbytes != self._body_nbytes(header.shape):
             raise wire.PayloadError(f"{self.name}: body of {header.body_nbytes} bytes, a tensor of shape "
                                     f"{header.shape} needs {self._body_nbytes(header.shape)}")
-        out = self._decode_body(payload, header.nbytes, header.shape)
+        # Sections are viewed in place, which needs a dense buffer.
+        out = self._decode_body(payload.contiguous(), header.nbytes, header.shape)
         return out.reshape(header.shape)
 
     @abstractmethod
@@ -96,7 +97,7 @@ class Compressor(ABC):
 def _flat_bytes(part: torch.Tensor) -> torch.Tensor:
     flat = part.reshape(-1)
     # A size-1 slice can count as contiguous with a stride other than 1.
-    if flat.numel() and flat.stride(0) != 1:
+    if flat.stride(0) != 1:
         flat = flat.clone(memory_format=torch.contiguous_format)
     return flat.view(torch.uint8)
 

@@ -31,11 +31,12 @@ class OneBit(Compressor):
         m = flat.view(rows, cols)
         positive = m >= 0
         n_pos = positive.sum(dim=1)
-        sum_pos = torch.where(positive, m, 0.0).sum(dim=1)
-        sum_neg = torch.where(positive, 0.0, m).sum(dim=1)
-        mean_pos = torch.where(n_pos > 0, sum_pos / n_pos.clamp(min=1), 0.0)
+        # float64 sums: float32 ones overflow for large entries.
+        sum_pos = torch.where(positive, m, 0.0).sum(dim=1, dtype=torch.float64)
+        sum_neg = torch.where(positive, 0.0, m).sum(dim=1, dtype=torch.float64)
+        mean_pos = torch.where(n_pos > 0, sum_pos / n_pos.clamp(min=1), 0.0).to(torch.float32)
         n_neg = cols - n_pos
-        mean_neg = torch.where(n_neg > 0, sum_neg / n_neg.clamp(min=1), 0.0)
+        mean_neg = torch.where(n_neg > 0, sum_neg / n_neg.clamp(min=1), 0.0).to(torch.float32)
         return [mean_pos, mean_neg, bitpack.pack_signs(positive)]
 
     def _decode_body(self, payload, start, shape):

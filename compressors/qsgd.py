@@ -51,7 +51,8 @@ class QSGD(Compressor):
         if self.norm == "max":
             norms = mag.amax(dim=1) if n else mag.new_zeros(0)
         else:
-            norms = torch.linalg.vector_norm(buckets, dim=1)
+            # float64: squares of large float32 values overflow.
+            norms = torch.linalg.vector_norm(buckets, dim=1, dtype=torch.float64).to(torch.float32)
         s = self.levels
         # Divide (not multiply by s / norm): s / norm overflows for denormal norms.
         r = torch.nan_to_num_(mag / norms[:, None] * s, nan=0.0).clamp_(0, s)

@@ -66,8 +66,9 @@ class Dynamic8(_AbsmaxScaled):
 
     def _quantize(self, blocks, absmax):
         table = dynamic_tree.tables(blocks.device)
-        inv = torch.where(absmax > 0, 1.0 / absmax, 0.0)[:, None]
-        scaled = torch.nan_to_num_(blocks.abs() * inv, nan=0.0)
+        # Divide, not multiply by 1 / max: that reciprocal overflows for tiny maxima.
+        m = absmax[:, None]
+        scaled = torch.nan_to_num_(torch.where(m > 0, blocks.abs() / m, 0.0), nan=0.0)
         pos = torch.searchsorted(table.bounds, scaled, right=True)
         return table.code_of_position[pos] | ((blocks < 0).to(torch.uint8) << 7)
 
@@ -76,12 +77,12 @@ class Dynamic8(_AbsmaxScaled):
 
 
 class Linear8(_AbsmaxScaled):
-    """255 uniform levels over [-max, max]: code = rint(127 x / max) + 127."""
+    """255 uniform levels over [-max, max]: code = rint(x / max * 127) + 127."""
     name = "linear8"
 
     def _quantize(self, blocks, absmax):
-        inv = torch.where(absmax > 0, 127.0 / absmax, 0.0)[:, None]
-        q = torch.nan_to_num_(torch.round(blocks * inv), nan=0.0).clamp_(-127, 127)
+        m = absmax[:, None]
+        q = torch.nan_to_num_(torch.round(torch.where(m > 0, blocks / m * 127.0, 0.0)), nan=0.0).clamp_(-127, 127)
         return (q + 127).to(torch.uint8)
 
     def _dequantize(self, codes):

@@ -105,9 +105,10 @@ class Adaptive(Compressor):
         row = idx // cols if cols else idx
         negative = values < 0
         region = row * 2 + negative
-        sums = torch.zeros(2 * rows, dtype=torch.float32, device=flat.device).index_add_(0, region, values)
+        # float64 sums: float32 ones overflow for large entries.
+        sums = torch.zeros(2 * rows, dtype=torch.float64, device=flat.device).index_add_(0, region, values.double())
         counts = torch.bincount(region, minlength=2 * rows)
-        means = torch.where(counts > 0, sums / counts.clamp(min=1), 0.0).view(rows, 2).t()
+        means = torch.where(counts > 0, sums / counts.clamp(min=1), 0.0).to(torch.float32).view(rows, 2).t()
         per_row = counts.view(rows, 2).sum(dim=1)
         offsets = (torch.cumsum(per_row, 0) - per_row).to(torch.int32)
         entries = ((idx - row * cols) << 1 | negative).to(torch.int32)

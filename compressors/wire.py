@@ -104,7 +104,7 @@ def read_header(payload: torch.Tensor) -> Header:
     if total < hdr_len:
         raise PayloadError(f"payload truncated: {total} bytes, the header needs {hdr_len}")
     shape = struct.unpack(f"<{ndim}Q", payload[HEADER_FIXED_NBYTES:hdr_len].cpu().numpy().tobytes())
-    if numel > MAX_NUMEL or math.prod(shape) != numel:
+    if numel > MAX_NUMEL or any(d > MAX_NUMEL for d in shape) or math.prod(shape) != numel:
         raise PayloadError(f"payload shape {shape} does not match its element count {numel}")
     if total != hdr_len + body:
         raise PayloadError(f"payload is {total} bytes, its header says {hdr_len + body}")

@@ -28,7 +28,7 @@ def gen(seed: int = 0) -> torch.Generator:
 
 
 def randn(*shape: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen(seed))
+    return torch.randn(shape, generator=gen(seed))
 
 
 def roundtrip(c: C.Compressor, x: torch.Tensor, **kw) -> torch.Tensor:

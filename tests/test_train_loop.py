@@ -1,0 +1,91 @@
+"""The training loop: one worker in-process, two workers on gloo (spawned)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from orchestrator.train_loop import train
+from tests.distributed import run_ranks
+
+SMALL_MLP = {"dataset": "mnist", "model": "mlp", "width": 128, "depth": 2, "batch_size": 64,
+             "optimizer": "momentum", "lr": 0.05, "seed": 0}
+
+
+def _train_on_rank(rank: int, world: int, config: dict) -> dict:
+    return train(config)
+
+
+def test_mlp_reaches_93_percent_on_builtin_mnist_with_one_worker():
+    reports = []
+    result = train({**SMALL_MLP, "width": 256, "epochs": 3, "target_accuracy": 0.93}, report=reports.append)
+    assert result["status"] == "ok"
+    assert [m["epoch"] for m in reports] == [1, 2, 3]
+    assert result["final"]["test_accuracy"] >= 0.93
+    assert result["final"]["time_to_accuracy_s"] is not None
+    assert 0 < result["final"]["time_to_accuracy_s"] <= result["final"]["train_time_s"]
+    # Train time only grows, and one worker sends nothing.
+    times = [m["train_time_s"] for m in reports]
+    assert times == sorted(times) and times[0] > 0
+    assert all(m["bytes_per_step"] == 0 for m in reports)
+    assert math.isnan(result["final"]["compression_ratio"])
+
+
+def test_two_workers_with_none_match_one_worker_with_the_doubled_batch():
+    # One step per epoch, so the per-epoch train loss is the per-step loss curve.
+    config = {**SMALL_MLP, "epochs": 6, "max_steps_per_epoch": 1}
+    single = train({**config, "batch_size": 128})
+    double = run_ranks(2, _train_on_rank, {**config, "compressor": "none"})
+    for ranked in double:
+        assert [m["train_loss"] for m in ranked["history"]] == pytest.approx(
+            [m["train_loss"] for m in single["history"]], rel=1e-5)
+        assert [m["test_accuracy"] for m in ranked["history"]] == pytest.approx(
+            [m["test_accuracy"] for m in single["history"]], abs=1e-3)
+    # fp32 ring all_reduce of every gradient: 2 (N-1) / N * 4 bytes per element.
+    numel = 784 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10
+    assert double[0]["final"]["bytes_per_step"] == pytest.approx(4 * numel)
+    assert double[0]["final"]["compression_ratio"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("compressor,params", [("qsgd", {"bits": 8}), ("dynamic8", {})])
+def test_8bit_methods_end_within_one_point_of_fp32(compressor, params):
+    config = {**SMALL_MLP, "epochs": 2}
+    base = run_ranks(2, _train_on_rank, {**config, "compressor": "none"})[0]
+    low = run_ranks(2, _train_on_rank, {**config, "compressor": compressor, **params})[0]
+    assert low["status"] == "ok"
+    assert abs(low["final"]["test_accuracy"] - base["final"]["test_accuracy"]) <= 0.01
+    assert low["final"]["compression_ratio"] > 3.0
+
+
+@pytest.mark.parametrize("compressor,params", [("onebit", {}), ("adaptive", {"pi": 0.05})])
+def test_biased_methods_with_error_feedback_still_train(compressor, params):
+    config = {**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 40}
+    result = run_ranks(2, _train_on_rank, {**config, "compressor": compressor, **params})[0]
+    losses = [m["train_loss"] for m in result["history"]]
+    assert result["status"] == "ok"
+    assert losses[1] < losses[0] < math.log(10)
+    assert result["final"]["test_accuracy"] > 0.5
+
+
+def test_fp32_warmup_epochs_send_fp32_then_compressed_bytes():
+    config = {**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 3, "warmup_epochs": 1,
+              "compressor": "qsgd", "bits": 4}
+    history = run_ranks(2, _train_on_rank, config)[0]["history"]
+    assert history[0]["compression_ratio"] == pytest.approx(1.0)
+    assert history[1]["compression_ratio"] > 4.0
+
+
+def test_a_forced_nan_ends_the_run_as_diverged():
+    reports = []
+    result = train({**SMALL_MLP, "epochs": 3, "max_steps_per_epoch": 5, "force_nan_at_step": 2},
+                   report=reports.append)
+    assert result["status"] == "diverged"
+    assert "epoch 1" in result["reason"]
+    assert len(result["history"]) == 1 and reports[-1]["status"] == "diverged"
+
+
+def test_fail_at_epoch_raises_and_unknown_settings_are_rejected():
+    with pytest.raises(RuntimeError, match="fail_at_epoch"):
+        train({**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 1, "fail_at_epoch": 2})
+    with pytest.raises(ValueError, match="bitz"):
+        train({**SMALL_MLP, "bitz": 4})

@@ -1,0 +1,413 @@
+"""Malformed payloads: every decoder raises compressors.PayloadError (a ValueError)
+and nothing else, or decodes a payload that is still well formed (CPU, fast)."""
+from __future__ import annotations
+
+import math
+import struct
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import compressors as C
+from compressors import wire
+
+FIXED = struct.Struct("<4sBBBBIIIfQQ")  # the documented header layout, 40 bytes
+CONFIGS = [
+    ("none", {}), ("fp16", {}), ("bf16", {}), ("dynamic8", {}), ("dynamic8", {"block": 5}), ("linear8", {}),
+    ("linear8", {"block": 4}), ("qsgd", {}), ("qsgd", {"bits": 2, "bucket": 5}), ("qsgd", {"bits": 8, "norm": "l2"}),
+    ("onebit", {}), ("adaptive", {"pi": 0.2}), ("topk", {"pi": 0.25}),
+]
+DENSE = ("none", "fp16", "bf16", "dynamic8", "linear8", "qsgd", "onebit")
+HYPO = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def cfg_id(cfg) -> str:
+    name, p = cfg
+    return name + "".join(f"-{k}{v}" for k, v in p.items())
+
+
+def sample(shape=(3, 4), seed=0) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def valid(name: str, p: dict | None = None, shape=(3, 4)) -> tuple[C.Compressor, torch.Tensor]:
+    c = C.get(name, **(p or {}))
+    return c, c.encode(sample(shape), step=1)
+
+
+def raw(payload: torch.Tensor) -> bytearray:
+    return bytearray(payload.numpy().tobytes())
+
+
+def tensor(b: bytes | bytearray) -> torch.Tensor:
+    return torch.tensor(list(b), dtype=torch.uint8)
+
+
+def unpack_header(b: bytes | bytearray) -> list:
+    fields = list(FIXED.unpack(bytes(b[:40])))
+    ndim = fields[4]
+    return fields + [list(struct.unpack(f"<{ndim}Q", bytes(b[40:40 + 8 * ndim])))]
+
+
+def repack(b: bytes | bytearray, **changes) -> bytearray:
+    """``b`` with header fields replaced (names as in wire.py's docstring)."""
+    names = ["magic", "version", "codec", "dtype", "ndim", "p0", "p1", "p2", "p3", "numel", "body", "shape"]
+    fields = dict(zip(names, unpack_header(b)))
+    old_len = 40 + 8 * fields["ndim"]
+    if "shape" in changes and "ndim" not in changes:
+        changes["ndim"] = len(changes["shape"])
+    fields.update(changes)
+    head = FIXED.pack(*(fields[k] for k in names[:-1])) + struct.pack(f"<{len(fields['shape'])}Q", *fields["shape"])
+    return bytearray(head) + b[old_len:]
+
+
+def rejects(c: C.Compressor, payload, match: str | None = None) -> None:
+    with pytest.raises(C.PayloadError, match=match):
+        c.decode(payload)
+
+
+def decodes_or_rejects(c: C.Compressor, payload: torch.Tensor):
+    """The contract for arbitrary bytes: a tensor or PayloadError, nothing else."""
+    try:
+        out = c.decode(payload)
+    except C.PayloadError:
+        return None
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+    return out
+
+
+def test_payload_error_is_a_value_error():
+    assert issubclass(C.PayloadError, ValueError) and C.PayloadError is wire.PayloadError
+
+
+def test_header_layout_is_as_documented():
+    c, p = valid("qsgd", {"bits": 3, "bucket": 7, "norm": "l2"}, shape=(2, 3, 5))
+    h = unpack_header(raw(p))
+    assert h[:5] == [b"LPGC", 1, wire.CODEC_IDS["qsgd"], 0, 3]
+    assert h[5:9] == [3, 7, 1, 0.0]
+    assert h[9] == 30 and h[10] == p.numel() - 64 and h[11] == [2, 3, 5]
+    assert wire.header_nbytes(3) == 64 == wire.HEADER_FIXED_NBYTES + 24
+
+
+# ---------------------------------------------------------------- truncation and length
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=cfg_id)
+def test_truncated_at_every_length(cfg):
+    c, p = valid(*cfg)
+    for n in range(p.numel()):
+        rejects(c, p[:n])
+        rejects(c, p[:n].clone())
+    assert c.decode(p).shape == (3, 4)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=cfg_id)
+def test_extra_bytes_and_wrong_body_field(cfg):
+    c, p = valid(*cfg)
+    b = raw(p)
+    rejects(c, tensor(b + b"\0"), "header says")
+    body = unpack_header(b)[10]
+    for wrong in (body - 1, body + 1, 0, 2**64 - 1):
+        rejects(c, tensor(repack(b, body=wrong)))
+    # a consistent header around a body of the wrong length for the shape
+    rejects(c, tensor(repack(b + b"\0" * 8, body=body + 8)), "needs")
+    if body >= 1:
+        rejects(c, tensor(repack(b[:-1], body=body - 1)), "needs")
+
+
+# ---------------------------------------------------------------- header fields
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=cfg_id)
+def test_bad_header_fields(cfg):
+    c, p = valid(*cfg)
+    b = raw(p)
+    rejects(c, tensor(repack(b, magic=b"LPGD")), "magic")
+    rejects(c, tensor(b"\0" * len(b)), "magic")
+    for version in (0, 2, 255):
+        rejects(c, tensor(repack(b, version=version)), "version")
+    for codec in (0, 10, 255):
+        rejects(c, tensor(repack(b, codec=codec)), "compressor id")
+    for dtype in (4, 200):
+        rejects(c, tensor(repack(b, dtype=dtype)), "dtype")
+    for ndim in (9, 255):
+        rejects(c, tensor(repack(b, ndim=ndim)))
+    rejects(c, tensor(repack(b, numel=13)), "element count")
+    rejects(c, tensor(repack(b, numel=2**64 - 1)))
+    rejects(c, tensor(repack(b, ndim=4)))  # two more shape words read from the body: length mismatch
+    rejects(c, tensor(repack(b, ndim=1)))
+    rejects(c, tensor(repack(b, shape=[4, 4])), "element count")
+    # another consistent shape of 12 elements: decodes when the body size allows it
+    for shape in ([4, 3, 1, 1], [12], [2, 6], []):
+        numel = math.prod(shape)
+        out = decodes_or_rejects(c, tensor(repack(b, shape=shape, numel=numel)))
+        if out is not None:
+            assert list(out.shape) == shape
+    # the other dtypes are accepted (the decoder returns float32 regardless)
+    for name, code in wire.DTYPE_CODES.items():
+        assert c.decode(tensor(repack(b, dtype=code))).dtype == torch.float32
+
+
+def test_numel_beyond_the_limit():
+    c, p = valid("none", shape=(0,))
+    for n in (2**31, 2**40):
+        rejects(c, tensor(repack(raw(p), shape=[n], numel=n)))
+        rejects(c, tensor(repack(raw(p), shape=[2, n // 2], numel=n)))
+
+
+@pytest.mark.parametrize("name", ["none", "dynamic8", "qsgd", "onebit", "adaptive", "topk"])
+@pytest.mark.parametrize("shape", [[0, 2**64 - 1], [0, 2**63], [2**63, 0, 7], [0, 2**62, 2**62], [0, 2**40, 2**40]],
+                         ids=str)
+def test_empty_shape_with_huge_dims(name, shape):
+    """numel 0 passes the product check for any other dims; a dim >= 2**63 cannot be a torch size.
+
+    wire.read_header checks only ``math.prod(shape) == numel``; decode then ends with
+    ``out.reshape(header.shape)``, which raises TypeError ("Overflow when unpacking long
+    long") for a dim >= 2**63.  Expected: PayloadError (or a decoded empty tensor).
+    """
+    c = C.get(name)
+    header = wire.encode_header(name, torch.float32, (0,), c._header_params((0,)), c._body_nbytes((0,)))
+    b = repack(bytearray(header) + bytes(c._body_nbytes((0,))), shape=shape)
+    out = decodes_or_rejects(c, tensor(b))
+    if out is not None:
+        assert out.numel() == 0 and list(out.shape) == shape
+
+
+# ---------------------------------------------------------------- wrong decoder, wrong parameters
+
+
+@pytest.mark.parametrize("src", CONFIGS, ids=cfg_id)
+def test_foreign_compressor(src):
+    _, p = valid(*src)
+    for dst in {name for name, _ in CONFIGS} - {src[0]}:
+        rejects(C.get(dst, **({"pi": 0.2} if dst in ("adaptive", "topk") else {})), p, "made by")
+
+
+@pytest.mark.parametrize("src,dst", [
+    (("qsgd", {"bits": 4}), ("qsgd", {"bits": 8})), (("qsgd", {"bits": 8}), ("qsgd", {"bits": 4})),
+    (("qsgd", {"bucket": 512}), ("qsgd", {"bucket": 256})), (("qsgd", {"norm": "max"}), ("qsgd", {"norm": "l2"})),
+    (("dynamic8", {}), ("dynamic8", {"block": 64})), (("linear8", {"block": 3}), ("linear8", {"block": 4})),
+    (("topk", {"pi": 0.01}), ("topk", {"pi": 0.02})), (("topk", {"pi": 0.25}), ("topk", {"pi": 0.5})),
+    (("adaptive", {"pi": 0.01}), ("adaptive", {"pi": 0.02})), (("adaptive", {"pi": 0.5}), ("adaptive", {"pi": 0.25})),
+], ids=lambda v: cfg_id(v))
+def test_mismatched_parameters(src, dst):
+    _, p = valid(*src)
+    rejects(C.get(dst[0], **dst[1]), p, "parameters")
+    # a header rewritten to the decoder's parameters no longer fits its body
+    d = C.get(dst[0], **dst[1])
+    p0, p1, p2, p3 = d._header_params((3, 4))
+    b = repack(raw(p), p0=p0, p1=p1, p2=p2, p3=p3)
+    if d._body_nbytes((3, 4)) != C.get(src[0], **src[1])._body_nbytes((3, 4)):
+        rejects(d, tensor(b), "needs")
+
+
+def test_nan_parameter_in_header():
+    c, p = valid("topk", {"pi": 0.25})
+    rejects(c, tensor(repack(raw(p), p3=math.nan)), "parameters")
+    c, p = valid("qsgd")
+    rejects(c, tensor(repack(raw(p), p3=math.nan)), "parameters")
+
+
+# ---------------------------------------------------------------- indices in sparse bodies
+
+
+def test_topk_index_out_of_range():
+    c, p = valid("topk", {"pi": 0.25})  # n = 12, k = 3: 12 bytes of values, then 3 int32 indices
+    b = raw(p)
+    at = 56 + 12
+    for i in range(3):
+        for bad in (12, 13, 2**31 - 1, -1, -(2**31)):
+            m = bytearray(b)
+            m[at + 4 * i:at + 4 * i + 4] = struct.pack("<i", bad)
+            rejects(c, tensor(m), "out of range")
+    for good in (0, 11):
+        m = bytearray(b)
+        m[at:at + 4] = struct.pack("<i", good)
+        assert c.decode(tensor(m)).shape == (3, 4)
+
+
+def adaptive_payload(shape, pi):
+    c = C.get("adaptive", pi=pi)
+    return c, raw(c.encode(sample(shape, seed=3)))
+
+
+def test_adaptive_wrong_total():
+    c, b = adaptive_payload((3, 10), 0.2)  # k = 6, rows 3, 2-byte entries
+    at = 56
+    assert struct.unpack("<I", b[at:at + 4])[0] == 6
+    for bad in (0, 5, 7, 2**31 - 1, 2**32 - 1):
+        m = bytearray(b)
+        m[at:at + 4] = struct.pack("<I", bad)
+        rejects(c, tensor(m), "entries")
+
+
+@pytest.mark.parametrize("offsets", [[1, 2, 4], [0, 4, 2], [0, 2, 7], [0, 7, 7], [0, -1, 3], [0, 2, -5],
+                                     [0, 2**31 - 1, 3], [-(2**31), 0, 0]])
+def test_adaptive_bad_offsets(offsets):
+    c, b = adaptive_payload((3, 10), 0.2)
+    m = bytearray(b)
+    m[60:72] = struct.pack("<3i", *offsets)
+    rejects(c, tensor(m), "offsets")
+
+
+def test_adaptive_good_offsets_other_split_decode():
+    c, b = adaptive_payload((3, 10), 0.2)
+    for offsets in ([0, 0, 0], [0, 6, 6], [0, 3, 6]):
+        m = bytearray(b)
+        m[60:72] = struct.pack("<3i", *offsets)
+        assert c.decode(tensor(m)).shape == (3, 10)
+
+
+def test_adaptive_column_index_out_of_range_16_bit():
+    c, b = adaptive_payload((3, 10), 0.2)
+    at = 56 + 4 + 36
+    for i in range(6):
+        for bad in (10 << 1, (10 << 1) | 1, 0xFFFF):
+            m = bytearray(b)
+            m[at + 2 * i:at + 2 * i + 2] = struct.pack("<H", bad)
+            rejects(c, tensor(m), "column index")
+
+
+def test_adaptive_column_index_out_of_range_32_bit():
+    shape = (2, 40000)
+    c, b = adaptive_payload(shape, 0.0001)  # k = 8, 4-byte entries
+    at = 56 + 4 + 24
+    assert len(b) == at + 8 * 4
+    for bad in (40000 << 1, 2**31 - 1, -1, -(2**31)):
+        m = bytearray(b)
+        m[at + 4:at + 8] = struct.pack("<i", bad)
+        rejects(c, tensor(m), "column index")
+    m = bytearray(b)
+    m[at:at + 4] = struct.pack("<i", 39999 << 1)
+    assert c.decode(tensor(m)).shape == shape
+
+
+# ---------------------------------------------------------------- what a payload is
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=cfg_id)
+def test_not_a_uint8_vector(cfg):
+    c, p = valid(*cfg)
+    even = p[: p.numel() // 2 * 2]
+    for bad in (p.to(torch.int8), p.float(), p.view(1, -1), p[None], even.reshape(2, -1), p[0], p.numpy(),
+                bytes(raw(p)), list(raw(p)), None):
+        rejects(c, bad, "1-D torch.uint8")
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=cfg_id)
+def test_payload_at_an_odd_offset_of_a_buffer(cfg):
+    c, p = valid(*cfg)
+    for lead in (1, 2, 3, 5):
+        buf = torch.zeros(lead + p.numel() + 3, dtype=torch.uint8)
+        buf[lead:lead + p.numel()] = p
+        assert torch.equal(c.decode(buf[lead:lead + p.numel()]), c.decode(p))
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=cfg_id)
+def test_strided_payload_view(cfg):
+    """A 1-D uint8 view with stride 2 is a valid payload (read_header accepts it).
+
+    wire.section then does ``raw.view(dtype)`` on a strided slice, which raises
+    RuntimeError ("self.stride(-1) must be 1 to view Byte as Float").  Expected:
+    the same result as the contiguous payload (or a PayloadError, never RuntimeError).
+    """
+    c, p = valid(*cfg)
+    buf = torch.zeros(2 * p.numel(), dtype=torch.uint8)
+    buf[::2] = p
+    out = decodes_or_rejects(c, buf[::2])
+    assert out is not None and torch.equal(out, c.decode(p))
+
+
+# ---------------------------------------------------------------- fuzzing
+
+
+DECODERS = [C.get(name, **p) for name, p in CONFIGS]
+
+
+@HYPO
+@given(data=st.binary(max_size=160))
+def test_random_bytes(data):
+    for c in DECODERS:
+        with pytest.raises(C.PayloadError):
+            c.decode(tensor(data))
+
+
+@HYPO
+@given(rest=st.binary(min_size=36, max_size=140), codec=st.sampled_from(sorted(wire.CODEC_IDS.values())),
+       ndim=st.integers(0, 9))
+def test_random_bytes_behind_a_valid_prefix(rest, codec, ndim):
+    b = bytearray(b"LPGC") + bytes([1, codec, 0, ndim]) + rest[4:]
+    for c in DECODERS:
+        decodes_or_rejects(c, tensor(b))
+
+
+@st.composite
+def header_fields(draw):
+    name, p = draw(st.sampled_from(CONFIGS))
+    c = C.get(name, **p)
+    ndim = draw(st.integers(0, 4))
+    dims = st.one_of(st.integers(0, 6), st.sampled_from([2**16, 2**31, 2**32, 2**63, 2**64 - 1]))
+    shape = [draw(dims) for _ in range(ndim)]
+    true_numel = numel = math.prod(shape)
+    if draw(st.booleans()):
+        numel = draw(st.integers(0, 2**64 - 1))
+    small = true_numel <= 2**16
+    body = c._body_nbytes(tuple(shape)) if small else 0
+    if draw(st.booleans()):
+        body = draw(st.integers(0, 64))
+    body = min(body, 4096)
+    params = c._header_params(tuple(shape)) if small else (0, 0, 0, 0.0)
+    head = FIXED.pack(b"LPGC", 1, wire.CODEC_IDS[name], 0, ndim, *params[:3], params[3], numel % 2**64, body)
+    head += struct.pack(f"<{ndim}Q", *shape)
+    tail = draw(st.binary(min_size=body, max_size=body))
+    return c, bytearray(head) + tail
+
+
+@HYPO
+@given(case=header_fields())
+def test_random_headers_and_bodies(case):
+    c, b = case
+    out = decodes_or_rejects(c, tensor(b))
+    if out is not None:
+        assert list(out.shape) == unpack_header(b)[11]
+
+
+@st.composite
+def mutated(draw):
+    name, p = draw(st.sampled_from(CONFIGS))
+    shape = draw(st.sampled_from([(3, 4), (7,), (), (2, 3, 5), (1, 9), (2, 40000)]))
+    c = C.get(name, **p)
+    b = raw(c.encode(sample(shape, seed=draw(st.integers(0, 3)))))
+    flips = draw(st.lists(st.tuples(st.integers(0, len(b) - 1), st.integers(1, 255)), min_size=1, max_size=4))
+    for pos, xor in flips:
+        b[pos] ^= xor
+    in_body = all(pos >= 40 + 8 * len(shape) for pos, _ in flips)
+    return name, c, b, in_body, shape
+
+
+@HYPO
+@given(case=mutated())
+def test_flipped_bytes_of_a_valid_payload(case):
+    name, c, b, in_body, shape = case
+    out = decodes_or_rejects(c, tensor(b))
+    if in_body and name in DENSE:
+        # every body of the right length is a valid payload of a dense method
+        assert out is not None and out.shape == shape
+    if out is not None:
+        assert list(out.shape) == unpack_header(b)[11]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=cfg_id)
+def test_every_single_byte_flip(cfg):
+    """Exhaustive single flips (xor 0x01, 0x80, 0xFF) of a small payload."""
+    c, p = valid(*cfg)
+    b = raw(p)
+    for pos in range(len(b)):
+        for xor in (0x01, 0x80, 0xFF):
+            m = bytearray(b)
+            m[pos] ^= xor
+            out = decodes_or_rejects(c, tensor(m))
+            if pos >= 56 and cfg[0] in DENSE:
+                assert out is not None
