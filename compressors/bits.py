@@ -14,6 +14,8 @@ def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
     out_len = packed_nbytes(n, bits)
     if bits == 8:
         return codes.to(torch.uint8)
+    if 8 % bits == 0:
+        return _pack_within_bytes(codes.to(torch.uint8), bits)
     # Eight codes of b bits fill exactly b bytes: build each group as one int64.
     groups = -(-n // 8)
     padded = torch.zeros(groups * 8, dtype=torch.int64, device=codes.device)
@@ -27,6 +29,10 @@ def unpack(data: torch.Tensor, bits: int, count: int) -> torch.Tensor:
     """Inverse of :func:`pack`: ``count`` codes as int64."""
     if bits == 8:
         return data[:count].to(torch.int64)
+    if 8 % bits == 0:
+        per = 8 // bits
+        shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=data.device)
+        return ((data.view(-1, 1) >> shifts) & ((1 << bits) - 1)).reshape(-1)[:count].to(torch.int64)
     groups = -(-count // 8)
     stream = torch.zeros(groups * bits, dtype=torch.uint8, device=data.device)
     stream[: data.numel()] = data
@@ -37,16 +43,24 @@ def unpack(data: torch.Tensor, bits: int, count: int) -> torch.Tensor:
     return ((words >> shifts) & ((1 << bits) - 1)).reshape(-1)[:count]
 
 
+def _pack_within_bytes(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """uint8 codes of a width dividing 8: ``8 // bits`` codes per byte, OR-ed in place."""
+    per = 8 // bits
+    n = codes.numel()
+    padded = codes.reshape(-1)
+    if n % per:
+        padded = torch.nn.functional.pad(padded, (0, per - n % per))
+    lanes = padded.view(-1, per)
+    out = lanes[:, 0].clone()
+    for i in range(1, per):
+        out |= lanes[:, i] << (i * bits)
+    return out
+
+
 def pack_signs(mask: torch.Tensor) -> torch.Tensor:
     """One bit per element of a boolean ``mask``."""
-    n = mask.numel()
-    groups = -(-n // 8)
-    padded = torch.zeros(groups * 8, dtype=torch.uint8, device=mask.device)
-    padded[:n] = mask.reshape(-1)
-    weights = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8, device=mask.device)
-    return (padded.view(groups, 8) * weights).sum(dim=1, dtype=torch.uint8)
+    return _pack_within_bytes(mask.to(torch.uint8), 1)
 
 
 def unpack_signs(data: torch.Tensor, count: int) -> torch.Tensor:
-    shifts = torch.arange(8, dtype=torch.uint8, device=data.device)
-    return ((data.view(-1, 1) >> shifts) & 1).reshape(-1)[:count].bool()
+    return unpack(data, 1, count).bool()

@@ -59,8 +59,8 @@ class QSGD(Compressor):
         floor = torch.floor(r)
         u = rng.uniform(rng.stream_key(self.seed, step, rank, stream), n, flat.device)
         u = torch.nn.functional.pad(u, (0, pad), value=1.0).view(nb, self.bucket)
-        level = (floor + (u < r - floor)).clamp_(max=s).to(torch.int64)
-        codes = level | ((buckets < 0).to(torch.int64) << (self.bits - 1))
+        level = (floor + (u < r - floor)).clamp_(max=s).to(torch.uint8)
+        codes = level | ((buckets < 0).to(torch.uint8) << (self.bits - 1))
         return [norms, bitpack.pack(codes.reshape(-1)[:n], self.bits)]
 
     def _decode_body(self, payload, start, shape):

@@ -68,8 +68,8 @@ class Dynamic8(_AbsmaxScaled):
         table = dynamic_tree.tables(blocks.device)
         # Divide, not multiply by 1 / max: that reciprocal overflows for tiny maxima.
         m = absmax[:, None]
-        scaled = torch.nan_to_num_(torch.where(m > 0, blocks.abs() / m, 0.0), nan=0.0)
-        pos = torch.searchsorted(table.bounds, scaled, right=True)
+        scaled = torch.nan_to_num_(torch.where(m > 0, blocks.abs() / m, 0.0), nan=0.0).clamp_(max=1.0)
+        pos = dynamic_tree.position(table, scaled)
         return table.code_of_position[pos] | ((blocks < 0).to(torch.uint8) << 7)
 
     def _dequantize(self, codes):

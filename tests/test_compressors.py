@@ -877,3 +877,13 @@ def test_registry_names():
         assert C.COMPRESSORS[name].needs_error_feedback
     assert not C.COMPRESSORS["qsgd"].needs_error_feedback
     assert issubclass(C.PayloadError, ValueError)
+
+
+def test_dynamic8_bin_table_gives_the_binary_search_position_bit_for_bit():
+    from compressors import dynamic_tree
+
+    tables = dynamic_tree.tables("cpu")
+    bounds = tables.bounds
+    below, above = torch.nextafter(bounds, torch.tensor(0.0)), torch.nextafter(bounds, torch.tensor(2.0))
+    a = torch.cat([bounds, below, above, torch.rand(100_000) ** 8, torch.tensor([0.0, 1e-45, 1.0])]).clamp(0, 1)
+    assert torch.equal(dynamic_tree.position(tables, a).long(), torch.searchsorted(bounds, a, right=True))
