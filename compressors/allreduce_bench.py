@@ -296,10 +296,12 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    info = machine_info(args)  # dated at the start
     start = time.time()
     rows = run(args)
-    info = machine_info(args)
     info["wall_s"] = round(time.time() - start, 1)
+    if hasattr(os, "getloadavg"):  # other work on a shared machine disturbs the timings
+        info["loadavg_1_5_15_at_end"] = [round(v, 2) for v in os.getloadavg()]
     print(f"# allreduce benchmark: world {args.world}, {args.backend}, {info['cpu_model']} "
           f"({info['cpu_cores']} cores), torch {info['torch']}, {args.threads} thread(s)/rank, "
           f"median of {args.repeats} after a warm-up, {info['date']}")

@@ -74,12 +74,13 @@ def allreduce_native(tensors: list[torch.Tensor], wire_dtype: torch.dtype,
         return stats
     rank, world = world_of(group)
     phases = _Phases(stats, tensors[0].device)
-    flat = torch.cat([t.reshape(-1).to(wire_dtype) for t in tensors])
+    # Divide before summing, as DDP does: a 16-bit sum can overflow where the mean fits.
+    flat = torch.cat([t.reshape(-1).to(wire_dtype) for t in tensors]).div_(world)
     phases.charge("encode")
     if world > 1:
         dist.all_reduce(flat, group=group)
     phases.charge("comm")
-    flat = flat.to(torch.float32).div_(world)
+    flat = flat.to(torch.float32)
     offset = 0
     for t in tensors:
         t.copy_(flat[offset:offset + t.numel()].view(t.shape))
@@ -180,7 +181,8 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
         shape2 = wire.matrix_shape(tuple(t.shape))
         bounds = row_chunks(tuple(t.shape), world, key)
         layout.append((shape2, bounds))
-        v = _compensate(ef, key, t).reshape(shape2)
+        # The residual lives in the 2-D view's shape, step after step.
+        v = _compensate(ef, key, t.reshape(shape2))
         decoded = []
         for r in range(world):
             payload = compressor.encode(_chunk(v, bounds[r]), step=step, rank=rank, stream=_stream(key, r, world))

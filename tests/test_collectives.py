@@ -1,0 +1,560 @@
+"""Multi-process tests of the compressed collectives, the Reducer and the DDP hook (gloo, CPU).
+
+Spawning ranks costs seconds, so each world size is spawned once: the rank
+function runs every sub-check, each guarded so that one failure is reported
+without hiding the others, and hands its raw results (outputs, bytes, errors)
+back to the parent, where the tests assert.  The expected values (means,
+error bounds, bytes on the wire) are computed here, independently of the
+code under test: bytes from the documented formulas of
+``compressors/accounting.py`` with only ``payload_nbytes`` and
+``collectives.row_chunks`` taken from the code.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import io
+import math
+import traceback
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import compressors as C
+from compressors import collectives
+
+from .distributed import run_ranks
+
+WORLDS = (2, 3, 4)
+SPAWN_TIMEOUT = 150
+
+# Tensors of one averaging: a plain matrix, fewer rows than ranks, a 1-D tensor
+# just above min_compress_numel, a 4-D conv weight, and two small ones (a bias,
+# a single element) that go through the fp32 all_reduce unless min_compress_numel=0.
+SHAPES = [(37, 53), (2, 600), (1025,), (16, 8, 3, 3), (37,), (1,)]
+MIN_NUMELS = (1024, 0)
+
+NATIVE_CASES = [(name, {}, algo) for name in ("none", "fp16", "bf16") for algo in ("allreduce", "allgather", "sra")]
+COMPRESSED = [("dynamic8", {}), ("linear8", {}), ("qsgd", {"bits": 8}), ("qsgd", {}), ("onebit", {}),
+              ("adaptive", {"pi": 0.05}), ("topk", {"pi": 0.05})]
+COMPRESSED_CASES = [(name, p, algo) for name, p in COMPRESSED for algo in ("allgather", "sra")]
+CASES = [(name, p, algo, m) for name, p, algo in NATIVE_CASES + COMPRESSED_CASES for m in MIN_NUMELS]
+
+NAN_NAMES = [("none", {}), ("qsgd", {"bits": 8}), ("onebit", {}), ("adaptive", {"pi": 0.05}), ("dynamic8", {})]
+NAN_AT = (0, (3, 5))  # tensor index, element
+
+EF_NAMES = [("onebit", {}), ("adaptive", {"pi": 0.05}), ("topk", {"pi": 0.05})]
+EF_SHAPES = [(32, 64), (48, 40)]
+EF_STEPS = 50
+
+
+def label(name: str, p: dict, algo: str, m: int | None = None) -> str:
+    ps = "".join(f"-{k}{v}" for k, v in p.items())
+    return f"{name}{ps}/{algo}" + ("" if m is None else f"/min{m}")
+
+
+# ---------------------------------------------------------------- independent helpers
+
+
+def gen(*seed: int) -> torch.Generator:
+    s = 0
+    for part in seed:
+        s = (s * 1_000_003 + part) % (2**61)
+    return torch.Generator().manual_seed(s)
+
+
+def case_inputs(rank: int, world: int, seed: int = 0, shapes=SHAPES) -> list[torch.Tensor]:
+    """Rank ``rank``'s tensors; the same on the parent, which computes expected values."""
+    return [torch.randn(s, generator=gen(seed, world, rank, i)) * (1 + i) for i, s in enumerate(shapes)]
+
+
+def true_mean(world: int, seed: int = 0, shapes=SHAPES) -> list[torch.Tensor]:
+    per_rank = [case_inputs(r, world, seed, shapes) for r in range(world)]
+    return [torch.stack([p[i].double() for p in per_rank]).mean(0) for i in range(len(shapes))]
+
+
+def ring(nbytes: int, world: int) -> float:
+    """Ring all_reduce: 2 (N-1) / N * B."""
+    return 2.0 * (world - 1) / world * nbytes if world > 1 else 0.0
+
+
+def cols_of(shape: tuple[int, ...]) -> int:
+    n = math.prod(shape)
+    return n if len(shape) < 2 else n // shape[0]
+
+
+def expected_bytes(name: str, p: dict, algo: str, shapes, world: int, rank: int, min_numel: int) -> float:
+    """Bytes this rank sends, from accounting.py's documented formulas."""
+    small = [s for s in shapes if math.prod(s) < min_numel]
+    large = [(key, s) for key, s in enumerate(shapes) if math.prod(s) >= min_numel]
+    total = ring(4 * sum(math.prod(s) for s in small), world) if small else 0.0
+    if not large:
+        return total
+    if algo == "allreduce":
+        itemsize = {"none": 4, "fp16": 2, "bf16": 2}[name]
+        return total + ring(itemsize * sum(math.prod(s) for _, s in large), world)
+    codec = C.get(name, **p)
+    if algo == "allgather":
+        return total + (world - 1) * sum(codec.payload_nbytes(s) for _, s in large)
+    # sra: all_to_all of my chunks to the other ranks, then all_gather of the padded re-encoded chunk.
+    to_rank = [0] * world
+    for key, s in large:
+        for r, (start, stop) in enumerate(collectives.row_chunks(s, world, key)):
+            to_rank[r] += codec.payload_nbytes((stop - start, cols_of(s)))
+    return total + sum(n for r, n in enumerate(to_rank) if r != rank) + (world - 1) * max(to_rank)
+
+
+def guard(fn, *args):
+    try:
+        return ("ok", fn(*args))
+    except Exception:
+        return ("error", traceback.format_exc())
+
+
+def ok(result, what: str = ""):
+    status, value = result
+    assert status == "ok", f"{what} failed on a rank:\n{value}"
+    return value
+
+
+def make_mlp(d_in: int = 32, hidden: int = 64, classes: int = 4) -> torch.nn.Module:
+    """Weights of 2048 and 4096 entries (compressed), biases and the 256-entry head (fp32 path)."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(d_in, hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(hidden, classes))
+
+
+def mlp_data(rank: int, n: int = 256, d_in: int = 32, classes: int = 4):
+    """A learnable problem (a fixed random teacher), a different shard per rank."""
+    teacher = torch.randn(d_in, classes, generator=gen(99))
+    x = torch.randn(n, d_in, generator=gen(100, rank))
+    y = (x @ teacher).argmax(dim=1)
+    return x, y
+
+
+# ---------------------------------------------------------------- rank functions: collectives
+
+
+def _run_case(rank, world, name, p, algo, m):
+    reducer = C.Reducer(name, algo, min_compress_numel=m, **p)
+    xs = case_inputs(rank, world)
+    stats = reducer.average(xs)
+    return {"out": xs, "bytes": stats.bytes_sent, "history": len(reducer.history),
+            "history_bytes": reducer.history[-1].bytes_sent}
+
+
+def _nan_case(rank, world, name, p, algo):
+    reducer = C.Reducer(name, algo, **p)
+    xs = case_inputs(rank, world, seed=7)
+    if rank == world - 1:
+        xs[NAN_AT[0]][NAN_AT[1]] = math.nan
+    reducer.average(xs)
+    return xs
+
+
+def _fp16_checks(rank, world):
+    base = make_mlp()
+    x, y = mlp_data(rank)
+    grads = {}
+    for mode in ("reducer", "torch"):
+        model = copy.deepcopy(base)
+        ddp = DDP(model)
+        if mode == "reducer":
+            C.Reducer("fp16").register(ddp)
+        else:
+            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        F.cross_entropy(ddp(x), y).backward()
+        grads[mode] = [q.grad.clone() for q in model.parameters()]
+    local = copy.deepcopy(base)
+    F.cross_entropy(local(x), y).backward()
+    averaged = [q.grad.clone() for q in local.parameters()]
+    C.Reducer("fp16", min_compress_numel=0).average(averaged)
+    grads["average"] = averaged
+    # Gradients whose mean fits fp16 but whose sum does not (fp16_compress_hook divides first).
+    big = torch.full((2048,), 40000.0)
+    C.Reducer("fp16").average([big])
+    grads["big"] = big[:4]
+    return grads
+
+
+def _ef_track(rank, world, name, p, algo, error_feedback):
+    """Cumulative error of the averaged updates against the true means, after every step."""
+    reducer = C.Reducer(name, algo, error_feedback=error_feedback, **p)
+    base = [torch.randn(s, generator=gen(11, r)) for s in EF_SHAPES for r in range(world)]
+    errors, sum_out, sum_true = [], None, None
+    for t in range(EF_STEPS):
+        per_rank = []
+        for r in range(world):
+            per_rank.append([base[i * world + r] + 0.5 * torch.randn(s, generator=gen(12, t, r, i))
+                             for i, s in enumerate(EF_SHAPES)])
+        mean = [torch.stack([pr[i] for pr in per_rank]).double().mean(0) for i in range(len(EF_SHAPES))]
+        xs = [x.clone() for x in per_rank[rank]]
+        reducer.average(xs)
+        sum_out = [x.double() for x in xs] if sum_out is None else [a + x.double() for a, x in zip(sum_out, xs)]
+        sum_true = mean if sum_true is None else [a + m for a, m in zip(sum_true, mean)]
+        err = math.sqrt(sum(float(((a - b) ** 2).sum()) for a, b in zip(sum_out, sum_true)))
+        ref = math.sqrt(sum(float((b ** 2).sum()) for b in sum_true))
+        errors.append((err, ref))
+    return errors
+
+
+def _ef_any_shape(rank, world, name, p, algo):
+    """Several steps with residuals on 1-D, 4-D and fewer-rows-than-ranks tensors."""
+    shapes = [(1025,), (16, 8, 3, 3), (2, 600), (37, 53)]
+    reducer = C.Reducer(name, algo, **p)
+    sum_out = [torch.zeros(s, dtype=torch.float64) for s in shapes]
+    sum_true = [torch.zeros(s, dtype=torch.float64) for s in shapes]
+    for t in range(4):
+        xs = case_inputs(rank, world, seed=20 + t, shapes=shapes)
+        reducer.average(xs)
+        sum_out = [a + x.double() for a, x in zip(sum_out, xs)]
+        sum_true = [a + m for a, m in zip(sum_true, true_mean(world, 20 + t, shapes))]
+    return {"out": sum_out, "true": sum_true, "finite": all(bool(torch.isfinite(x).all()) for x in sum_out)}
+
+
+STATE_CASES = [("onebit", {}, "sra", None), ("adaptive", {"pi": 0.05}, "allgather", None),
+               ("topk", {"pi": 0.05}, "sra", None), ("qsgd", {"bits": 4}, "sra", True),
+               ("qsgd", {"bits": 4}, "allgather", None)]
+
+
+def _state_roundtrip(rank, world, name, p, algo, ef):
+    shapes = [(37, 53), (64, 20)]
+    original = C.Reducer(name, algo, error_feedback=ef, **p)
+    for t in range(3):
+        original.average(case_inputs(rank, world, seed=30 + t, shapes=shapes))
+    buf = io.BytesIO()
+    torch.save(original.state_dict(), buf)
+    buf.seek(0)
+    restored = C.Reducer(name, algo, error_feedback=ef, **p)
+    restored.load_state_dict(torch.load(buf, weights_only=False))
+    fresh = C.Reducer(name, algo, error_feedback=ef, **p)
+    outs = {}
+    for key, reducer in (("original", original), ("restored", restored), ("fresh", fresh)):
+        xs = case_inputs(rank, world, seed=33, shapes=shapes)
+        reducer.average(xs)
+        outs[key] = xs
+    outs["step"] = (original.step, restored.step)
+    return outs
+
+
+def collective_checks(rank: int, world: int) -> dict:
+    torch.set_num_threads(1)
+    res: dict = {"cases": {}, "nan": {}, "ef": {}, "ef_shape": {}, "state": {}}
+    for name, p, algo, m in CASES:
+        res["cases"][label(name, p, algo, m)] = guard(_run_case, rank, world, name, p, algo, m)
+    for name, p in NAN_NAMES:
+        for algo in ("sra", "allgather"):
+            res["nan"][label(name, p, algo)] = guard(_nan_case, rank, world, name, p, algo)
+    res["fp16"] = {"fp16": guard(_fp16_checks, rank, world)}
+    for name, p in EF_NAMES:
+        for algo in ("sra", "allgather"):
+            for ef in (True, False):
+                res["ef"][label(name, p, algo) + f"/ef{ef}"] = guard(_ef_track, rank, world, name, p, algo, ef)
+            res["ef_shape"][label(name, p, algo)] = guard(_ef_any_shape, rank, world, name, p, algo)
+    for name, p, algo, ef in STATE_CASES:
+        res["state"][label(name, p, algo)] = guard(_state_roundtrip, rank, world, name, p, algo, ef)
+    return res
+
+
+@functools.lru_cache(maxsize=None)
+def results(world: int) -> list[dict]:
+    return run_ranks(world, collective_checks, timeout=SPAWN_TIMEOUT)
+
+
+def per_rank(world: int, section: str, key: str) -> list:
+    return [ok(r[section][key], f"{section} {key} (world {world})") for r in results(world)]
+
+
+# ---------------------------------------------------------------- tests: exactness, determinism, bytes
+
+worlds = pytest.mark.parametrize("world", WORLDS)
+
+
+@worlds
+@pytest.mark.parametrize("algo", ["allreduce", "allgather", "sra"])
+@pytest.mark.parametrize("m", MIN_NUMELS)
+def test_none_gives_the_exact_mean(world, algo, m):
+    mean = true_mean(world)
+    for r, res in enumerate(per_rank(world, "cases", label("none", {}, algo, m))):
+        for i, (out, expected) in enumerate(zip(res["out"], mean)):
+            assert out.shape == expected.shape and out.dtype == torch.float32
+            torch.testing.assert_close(out.double(), expected, rtol=1e-6, atol=1e-6,
+                                       msg=lambda s: f"rank {r} tensor {SHAPES[i]}: {s}")
+
+
+@worlds
+@pytest.mark.parametrize("case", CASES, ids=lambda c: label(*c))
+def test_results_are_bit_identical_on_every_rank(world, case):
+    outs = per_rank(world, "cases", label(*case))
+    for r, res in enumerate(outs[1:], 1):
+        for i, (a, b) in enumerate(zip(outs[0]["out"], res["out"])):
+            assert tuple(a.shape) == SHAPES[i]
+            assert torch.equal(a, b), f"rank {r} differs from rank 0 on tensor {SHAPES[i]}"
+
+
+@worlds
+@pytest.mark.parametrize("case", CASES, ids=lambda c: label(*c))
+def test_bytes_sent_follow_the_accounting_formula(world, case):
+    name, p, algo, m = case
+    for r, res in enumerate(per_rank(world, "cases", label(*case))):
+        expected = expected_bytes(name, p, algo, SHAPES, world, r, m)
+        assert res["bytes"] == pytest.approx(expected, rel=1e-12), f"rank {r}"
+        assert res["history"] == 1 and res["history_bytes"] == res["bytes"]
+
+
+# One encoding of a tensor whose absolute maximum is M errs by at most M * eps per entry.
+ONE_PASS_EPS = {"linear8": 1 / 254, "dynamic8": 0.55 / 64, "qsgd-bits8": 1 / 127}
+
+
+@worlds
+@pytest.mark.parametrize("cfg", ["linear8", "dynamic8", "qsgd-bits8"])
+def test_sra_and_allgather_agree_within_the_error_bound(world, cfg):
+    name, p = ("qsgd", {"bits": 8}) if cfg.startswith("qsgd") else (cfg, {})
+    eps = ONE_PASS_EPS[cfg] * (1 + 1e-5)
+    mean = true_mean(world)
+    per_rank_inputs = [case_inputs(r, world) for r in range(world)]
+    ag = per_rank(world, "cases", label(name, p, "allgather", 0))[0]["out"]
+    sra = per_rank(world, "cases", label(name, p, "sra", 0))[0]["out"]
+    for i, shape in enumerate(SHAPES):
+        bound = max(float(x[i].abs().max()) for x in per_rank_inputs) * eps  # the one-pass bound
+        e_ag = (ag[i].double() - mean[i]).abs().max().item()
+        e_sra = (sra[i].double() - mean[i]).abs().max().item()
+        # allgather: one pass; sra: a pass, then a second one re-encoding the mean (|mean| <= M).
+        second = (float(mean[i].abs().max()) + bound) * eps
+        assert e_ag <= bound, (shape, e_ag, bound)
+        assert e_sra <= bound + second, (shape, e_sra, bound, second)
+        diff = (ag[i] - sra[i]).abs().max().item()
+        assert diff <= 2 * bound + second, (shape, diff, bound, second)
+
+
+@worlds
+@pytest.mark.parametrize("name,rel", [("fp16", 2.0**-11), ("bf16", 2.0**-8)])
+@pytest.mark.parametrize("algo", ["allreduce", "allgather", "sra"])
+def test_half_precision_paths_are_close_to_the_mean(world, name, rel, algo):
+    mean = true_mean(world)
+    inputs = [case_inputs(r, world) for r in range(world)]
+    out = per_rank(world, "cases", label(name, {}, algo, 0))[0]["out"]
+    for i, shape in enumerate(SHAPES):
+        scale = max(float(x[i].abs().max()) for x in inputs)
+        # cast of each input, (allreduce: rounding of each partial sum), sra: re-cast of the mean
+        tol = (world + 2) * rel * scale
+        assert (out[i].double() - mean[i]).abs().max().item() <= tol, shape
+
+
+@worlds
+@pytest.mark.parametrize("case", COMPRESSED_CASES, ids=lambda c: label(*c))
+def test_uneven_shapes_keep_their_shape_and_stay_finite(world, case):
+    for m in MIN_NUMELS:
+        out = per_rank(world, "cases", label(*case, m))[0]["out"]
+        for o, shape in zip(out, SHAPES):
+            assert tuple(o.shape) == shape and o.dtype == torch.float32
+            assert bool(torch.isfinite(o).all()), shape
+
+
+@worlds
+def test_fp16_reducer_hook_equals_torch_fp16_compress_hook(world):
+    grads = per_rank(world, "fp16", "fp16")
+    for r, g in enumerate(grads):
+        for a, b in zip(g["reducer"], g["torch"]):
+            assert torch.equal(a, b), f"rank {r}"
+        # Reducer("fp16").average (small tensors included): the same fp16 all_reduce up to the
+        # rounding of the division and of the partial sums (fp16 epsilon 2**-11 of the scale).
+        for a, b in zip(g["average"], g["torch"]):
+            tol = world * 2.0**-11 * float(b.abs().max())
+            assert float((a - b).abs().max()) <= tol, f"rank {r}"
+
+
+@worlds
+def test_fp16_average_does_not_overflow_when_the_mean_fits(world):
+    """PyTorch's fp16_compress_hook divides by the world size before the fp16 all_reduce;
+    Reducer("fp16").average must not turn a representable mean into inf."""
+    for g in per_rank(world, "fp16", "fp16"):
+        assert g["big"].tolist() == [40000.0] * 4
+
+
+# ---------------------------------------------------------------- NaN
+
+
+@worlds
+@pytest.mark.parametrize("name,p", NAN_NAMES, ids=[n for n, _ in NAN_NAMES])
+@pytest.mark.parametrize("algo", ["sra", "allgather"])
+def test_nan_on_one_worker_gives_nan_on_every_rank(world, name, p, algo):
+    outs = per_rank(world, "nan", label(name, p, algo))  # every rank finished: no hang, no crash
+    for r, out in enumerate(outs):
+        assert math.isnan(float(out[NAN_AT[0]][NAN_AT[1]])), f"rank {r}"
+        for i, t in enumerate(out):
+            if i != NAN_AT[0]:
+                assert bool(torch.isfinite(t).all()), f"rank {r}: NaN leaked into tensor {SHAPES[i]}"
+
+
+# ---------------------------------------------------------------- error feedback across ranks
+
+
+@worlds
+@pytest.mark.parametrize("name,p", EF_NAMES, ids=[n for n, _ in EF_NAMES])
+@pytest.mark.parametrize("algo", ["sra", "allgather"])
+def test_error_feedback_keeps_the_cumulative_error_bounded(world, name, p, algo):
+    tracked = per_rank(world, "ef", label(name, p, algo) + "/efTrue")
+    for r in range(1, world):
+        assert tracked[r] == tracked[0]
+    err = [e for e, _ in tracked[0]]
+    ref = [s for _, s in tracked[0]]
+    early, late = max(err[5:10]), max(err[EF_STEPS - 10:])
+    # Bounded: the error at T=50 is not five times (linear growth) the error at T=10;
+    # measured 1.6-1.8x here (the residuals approach their steady state).
+    assert late <= 2.5 * early, (early, late)
+    assert err[-1] <= 0.35 * ref[-1], (err[-1], ref[-1])
+    # The test can tell: without residuals the same compressor drifts away linearly (~4.9x).
+    free = [e for e, _ in per_rank(world, "ef", label(name, p, algo) + "/efFalse")[0]]
+    assert free[-1] >= 4.0 * max(free[5:10]), (free[9], free[-1])
+    assert free[-1] >= 3.0 * err[-1]
+
+
+@worlds
+@pytest.mark.parametrize("name,p", EF_NAMES, ids=[n for n, _ in EF_NAMES])
+@pytest.mark.parametrize("algo", ["sra", "allgather"])
+def test_error_feedback_over_steps_on_1d_and_4d_tensors(world, name, p, algo):
+    """Residuals of a 1-D tensor, a conv weight and a (2, 600) tensor survive several steps."""
+    for res in per_rank(world, "ef_shape", label(name, p, algo)):
+        assert res["finite"]
+        for out, true in zip(res["out"], res["true"]):
+            assert out.shape == true.shape
+
+
+# ---------------------------------------------------------------- state_dict
+
+
+@worlds
+@pytest.mark.parametrize("case", STATE_CASES, ids=lambda c: label(*c[:3]))
+def test_state_dict_roundtrip_reproduces_the_next_step(world, case):
+    for r, outs in enumerate(per_rank(world, "state", label(*case[:3]))):
+        assert outs["step"] == (4, 4)
+        for a, b in zip(outs["original"], outs["restored"]):
+            assert torch.equal(a, b), f"rank {r}"
+        # the restored state mattered: a fresh reducer gives something else
+        assert any(not torch.equal(a, b) for a, b in zip(outs["original"], outs["fresh"]))
+
+
+# ---------------------------------------------------------------- invalid configurations (one process)
+
+
+def test_invalid_reducers_name_the_valid_choices():
+    with pytest.raises(ValueError, match="valid") as err:
+        C.Reducer("nosuch")
+    assert "qsgd" in str(err.value) and "powersgd" in str(err.value)
+    with pytest.raises(ValueError, match="valid") as err:
+        C.Reducer("qsgd", "allreduce")
+    assert "sra" in str(err.value) and "allgather" in str(err.value)
+    with pytest.raises(ValueError, match="valid") as err:
+        C.Reducer("none", "ring")
+    assert "allreduce" in str(err.value)
+    with pytest.raises(ValueError, match="valid"):
+        C.Reducer("powersgd", "sra")
+    with pytest.raises(ValueError, match="valid"):
+        C.Reducer("qsgd", bits=9)
+    with pytest.raises(ValueError, match="valid"):
+        C.Reducer("none", min_compress_numel=-1)
+    with pytest.raises(ValueError, match="register"):
+        C.Reducer("powersgd").average([torch.zeros(4)])
+
+
+def test_state_of_another_configuration_is_refused():
+    state = C.Reducer("onebit", "sra").state_dict()
+    with pytest.raises(ValueError):
+        C.Reducer("onebit", "allgather").load_state_dict(state)
+
+
+# ---------------------------------------------------------------- DDP training (2 ranks)
+
+DDP_STEPS = 20
+DDP_RUNS = {
+    "native": None,
+    "none": ("none", {}),
+    "qsgd8": ("qsgd", {"bits": 8}),
+    "onebit": ("onebit", {}),
+    "adaptive": ("adaptive", {"pi": 0.05}),
+    "powersgd": ("powersgd", {"matrix_rank": 2}),
+}
+
+
+def _train(rank, run):
+    model = make_mlp()
+    ddp = DDP(model)
+    reducer = None
+    if DDP_RUNS[run] is not None:
+        name, p = DDP_RUNS[run]
+        reducer = C.Reducer(name, **p)
+        reducer.register(ddp)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = mlp_data(rank)
+    losses = []
+    for t in range(DDP_STEPS):
+        batch = slice((t * 32) % 256, (t * 32) % 256 + 32)
+        opt.zero_grad()
+        loss = F.cross_entropy(ddp(x[batch]), y[batch])
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            losses.append(float(F.cross_entropy(model(x), y)))
+    params = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
+    history = None if reducer is None else [(s.bytes_sent, s.numel) for s in reducer.history]
+    return {"losses": losses, "params": params, "history": history}
+
+
+def ddp_training(rank: int, world: int) -> dict:
+    torch.set_num_threads(1)
+    return {run: guard(_train, rank, run) for run in DDP_RUNS}
+
+
+@functools.lru_cache(maxsize=None)
+def ddp_results(world: int = 2) -> list[dict]:
+    return run_ranks(world, ddp_training, timeout=SPAWN_TIMEOUT)
+
+
+def ddp_run(run: str) -> list[dict]:
+    return [ok(r[run], f"DDP {run}") for r in ddp_results()]
+
+
+@pytest.mark.parametrize("run", list(DDP_RUNS))
+def test_ddp_parameters_identical_on_every_rank(run):
+    res = ddp_run(run)
+    for r in res[1:]:
+        assert torch.equal(r["params"], res[0]["params"])
+
+
+def test_ddp_hook_none_matches_native_ddp():
+    native = ddp_run("native")[0]["params"]
+    ours = ddp_run("none")[0]["params"]
+    torch.testing.assert_close(ours, native, rtol=1e-5, atol=1e-6)
+
+
+def test_ddp_hook_qsgd8_stays_close_to_native():
+    init = torch.cat([q.detach().reshape(-1) for q in make_mlp().parameters()])
+    native = ddp_run("native")[0]["params"]
+    ours = ddp_run("qsgd8")[0]["params"]
+    assert float((ours - native).norm() / native.norm()) < 0.02
+    # and small against how far training moved the parameters
+    assert float((ours - native).norm() / (native - init).norm()) < 0.05
+
+
+@pytest.mark.parametrize("run", ["native", "none", "qsgd8", "onebit", "adaptive", "powersgd"])
+def test_ddp_loss_decreases(run):
+    losses = [sum(ls) / len(ls) for ls in zip(*(r["losses"] for r in ddp_run(run)))]
+    assert losses[-1] < 0.9 * losses[0], losses
+
+
+@pytest.mark.parametrize("run", ["none", "qsgd8", "onebit", "adaptive", "powersgd"])
+def test_ddp_history_has_one_stepstats_per_step(run):
+    numel = sum(q.numel() for q in make_mlp().parameters())
+    for r in ddp_run(run):
+        hist = r["history"]
+        assert len(hist) == DDP_STEPS
+        assert all(b > 0 and n == numel for b, n in hist)
+    if run == "none":
+        assert all(b == pytest.approx(ring(4 * numel, 2)) for b, _ in hist)
+    else:  # compressed: fewer bytes than fp32 once compression is on
+        assert hist[-1][0] < ring(4 * numel, 2)
