@@ -27,8 +27,9 @@ anything the training loop would reject later.
 A trial is a flat dict: ``name`` (readable: sweep, compressor, the parameters
 written in its entry, the axes that vary, ``w<num_workers>``, ``s<seed>``),
 ``trial_id`` (a hash of the settings, stable across runs so ``--resume``
-recognises finished trials) and the training-loop settings (``SETTING_KEYS``
-order; compressor parameters the compressor does not have are None).
+recognises finished trials) and every training-loop setting, in the order
+compressor, its parameters (None where the compressor has no such parameter),
+algorithm, num_workers, seed, use_gpu, backend, then the workload options.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ __all__ = [
     "WORKLOAD_OPTIONS",
     "compressor_params",
     "load_sweep",
-    "setting_keys",
     "settings_of",
 ]
 
@@ -218,7 +218,7 @@ WORKLOAD_OPTIONS: dict[str, Option] = {
     "data_dir": Option(None, _text(nullable=True)),
     "model": Option("mlp", _registered("model")),
     "width": Option(None, _integer(1, nullable=True)),
-    "depth": Option(None, _integer(1, nullable=True)),
+    "depth": Option(None, _integer(0, nullable=True)),  # mlp: 0 = a linear model
     "input_shape": Option(None, _shape),
     "num_classes": Option(None, _integer(2, nullable=True)),
     "num_samples": Option(None, _integer(1, nullable=True)),
@@ -288,12 +288,6 @@ def compressor_params() -> tuple[str, ...]:
 
     names = [p for name in compressors.NAMES for p in compressors.check_params(name) if p != "seed"]
     return tuple(dict.fromkeys(names))
-
-
-def setting_keys() -> tuple[str, ...]:
-    """The settings of a trial, in column order: compression, scale, placement, workload."""
-    return ("compressor", *compressor_params(), "algorithm", "num_workers", "seed",
-            *_TRAIN_CLUSTER_KEYS, *WORKLOAD_OPTIONS)
 
 
 # ---------------------------------------------------------------- the validated study
@@ -444,7 +438,7 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     cluster = check.section(cluster_map, CLUSTER_OPTIONS, "cluster")
     check.keys(sweep_map, [*AXIS_OPTIONS, "compressor", *WORKLOAD_OPTIONS], "sweep")
     if "target_accuracy" not in workload_map and "target_accuracy" not in sweep_map:
-        raise check.fail(workload_map.line, "missing required key 'target_accuracy' in workload")
+        raise check.fail(top.lines["workload"], "missing required key 'target_accuracy' in workload")
     for key in sweep_map:
         if key in workload_map:
             raise check.fail(sweep_map.lines[key], f"{key!r} is set in both workload and sweep; keep one")

@@ -82,6 +82,13 @@ RESULT_COLUMNS = (
 ID_COLUMNS = ("trial_id", "name", "status", "reason")
 
 
+def _compressor_names() -> tuple[str, ...]:
+    """Baselines first, then the compressors in the order the compressors package lists them."""
+    import compressors
+
+    return compressors.NAMES
+
+
 def _compression_keys() -> tuple[str, ...]:
     """The settings that tell one configuration from another at equal workload and scale."""
     return ("compressor", *compressor_params(), "algorithm")
@@ -123,7 +130,8 @@ def _columns(records: list[dict[str, Any]], before: Iterable[str], after: Iterab
 
 def trial_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One dict per trial: ids, settings and the RESULT_COLUMNS (see the module docstring)."""
-    rows = [_own_results(r) for r in records]
+    order = {name: i for i, name in enumerate(_compressor_names())}
+    rows = sorted((_own_results(r) for r in records), key=lambda row: (order[row["compressor"]], row["name"]))
     ok = [row for row in rows if row["status"] == "ok"]
     fp32 = [row for row in ok if row["compressor"] == "none"]
     half = [row for row in ok if row["compressor"] == "fp16"] or [row for row in ok if row["compressor"] == "bf16"]

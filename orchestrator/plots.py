@@ -28,6 +28,8 @@ def write_plots(rows: list[dict[str, Any]], records: list[dict[str, Any]], folde
     matplotlib.use("Agg")  # files only: works without a display, also inside Ray
     import matplotlib.pyplot as plt
 
+    if not rows:
+        return []
     folder.mkdir(parents=True, exist_ok=True)
     varying = varying_settings(rows)
     labels = list(dict.fromkeys(config_label(row, varying) for row in rows))

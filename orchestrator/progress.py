@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Any, TextIO
@@ -34,10 +35,10 @@ class Progress:
 
     def epoch(self, name: str, metrics: dict[str, Any], epochs: int) -> None:
         parts = [f"epoch {metrics.get('epoch', '?')}/{epochs}"]
-        for key, text in (("test_accuracy", "acc {:.4f}"), ("train_time_s", "train {:.1f}s"),
-                          ("step_time_s", "step {:.2f}s"), ("compression_ratio", "ratio {:.1f}x")):
-            if isinstance(metrics.get(key), (int, float)):
-                parts.append(text.format(metrics[key]))
+        for key, text, scale in (("test_accuracy", "acc {:.4f}", 1), ("train_time_s", "train {:.1f}s", 1),
+                                 ("step_time_s", "step {:.1f}ms", 1000), ("compression_ratio", "ratio {:.1f}x", 1)):
+            if _finite(metrics.get(key)):
+                parts.append(text.format(metrics[key] * scale))
         if metrics.get("status") == "diverged":
             parts.append("DIVERGED")
         self._say(f"{name}: " + "  ".join(parts))
@@ -49,12 +50,17 @@ class Progress:
         last = history[-1] if history else {}
         if status == "ok":
             tta = last.get("time_to_accuracy_s")
-            reached = f"target reached at {tta:.1f}s" if isinstance(tta, (int, float)) else "target not reached"
+            reached = f"target reached at {tta:.1f}s" if _finite(tta) else "target not reached"
             accuracy = last.get("test_accuracy")
-            text = f"ok, accuracy {accuracy:.4f}, {reached}" if isinstance(accuracy, (int, float)) else "ok"
+            text = f"ok, accuracy {accuracy:.4f}, {reached}" if _finite(accuracy) else "ok"
         else:
             text = f"{status.upper()}: {reason}"
         self._say(f"{name}: {text}")
 
     def note(self, text: str) -> None:
         self._say(text)
+
+
+def _finite(value: object) -> bool:
+    # the loop reports NaN where a metric has no meaning (compression ratio of one worker)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import shutil
 import sys
@@ -60,6 +61,7 @@ def run_sweep(sweep: Sweep, results_parent: str | os.PathLike, *, address: str |
     from ray import tune
 
     _start_ray(address)
+    logging.getLogger("ray.tune.execution.tune_controller").addFilter(_NoTrialTracebacks())
     try:
         environment = env_info.collect()
         environment["ray_cluster_resources"] = ray.cluster_resources()
@@ -104,7 +106,7 @@ def _start_ray(address: str | None) -> None:
     os.environ.update(_RAY_ENV)
     # Old Tune output engine: it honours verbose=0 (the new one still prints boxes).
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    # Workers import this package: put its folder on their path unless it is installed.
+    # Workers must import this checkout of the project (also where it is not pip-installed).
     package_root = str(Path(__file__).resolve().parent.parent)
     python_path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
     runtime_env = {"env_vars": {**_RAY_ENV, "PYTHONPATH": python_path}}
@@ -113,6 +115,7 @@ def _start_ray(address: str | None) -> None:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
     else:
         ray.init(
+            address="local",  # a new Ray even where `ray start` left a cluster address behind
             object_store_memory=_OBJECT_STORE_BYTES,
             include_dashboard=_dashboard_installed(),
             dashboard_host="127.0.0.1",  # not on every interface by default
@@ -211,6 +214,7 @@ def _recorder(results: Path, progress: Progress) -> Any:
 
         def on_trial_error(self, iteration, trials, trial, **info):
             self._finish(trial, "failed", _error_reason(trial))
+            progress.note(f"traceback of {_trial_name(trial)}: {trial.error_file}")
 
         def _finish(self, trial, status: str, reason: str | None) -> None:
             history = self.history.pop(trial.trial_id, [])
@@ -225,7 +229,15 @@ def _recorder(results: Path, progress: Progress) -> Any:
 
 
 def _error_reason(trial: Any) -> str:
-    """The last line of the trial's traceback: the exception that ended it."""
-    text = trial.get_error() or ""
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return lines[-1] if lines else f"trial error (see {trial.error_file})"
+    """The last line of the trial's traceback (Tune writes it before calling back): the exception."""
+    path = Path(trial.error_file) if trial.error_file else None
+    text = path.read_text() if path and path.is_file() else ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "the trial failed without an error message"
+
+
+class _NoTrialTracebacks(logging.Filter):
+    """Tune logs every failed trial's full traceback; Progress prints its reason and error file."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Trial task failed")

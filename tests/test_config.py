@@ -1,0 +1,246 @@
+"""Tests of orchestrator.config and the `validate` command: sweep files, grid expansion, errors (no Ray)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.config import ConfigError, load_sweep, settings_of, trial_id_of
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "sweeps").glob("*.yaml"))
+
+HEADER = """\
+name: t
+workload:
+  model: mlp
+  width: 8
+  depth: 1
+  epochs: 1
+  target_accuracy: 0.9
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "sweep.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def study(extra: str) -> str:
+    """HEADER plus more top-level keys (written indented in the tests)."""
+    return HEADER + textwrap.dedent(extra)
+
+
+def by_compressor(trials: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for trial in trials:
+        out.setdefault(trial["compressor"], []).append(trial)
+    return out
+
+
+# ---------------------------------------------------------------- expansion
+
+
+def test_grid_crosses_compressor_entries_with_the_other_axes(tmp_path):
+    sweep = load_sweep(write(tmp_path, study("""\
+        sweep:
+          num_workers: [1, 2]
+          seed: [0, 1]
+          compressor:
+            - none
+            - fp16
+            - dynamic8
+            - {name: qsgd, bits: [2, 4, 8], bucket: [128, 512]}
+            - {name: adaptive, pi: [0.01, 0.1], algorithm: [sra, allgather]}
+            - onebit
+        """)))
+    groups = by_compressor(sweep.trials)
+    assert len(sweep.trials) == (1 + 1 + 1 + 6 + 4 + 1) * 2 * 2
+    assert {(t["bits"], t["bucket"]) for t in groups["qsgd"]} == {(b, k) for b in (2, 4, 8) for k in (128, 512)}
+    assert {(t["pi"], t["algorithm"]) for t in groups["adaptive"]} == {
+        (p, a) for p in (0.01, 0.1) for a in ("sra", "allgather")}
+    # parameters exist only where the compressor has them
+    assert all(t["bits"] is None and t["pi"] is None for t in groups["onebit"] + groups["none"])
+    assert all(t["pi"] is None for t in groups["qsgd"])
+    assert {t["algorithm"] for t in groups["none"] + groups["fp16"]} == {"allreduce"}
+    assert {t["algorithm"] for t in groups["dynamic8"] + groups["onebit"] + groups["qsgd"]} == {"sra"}
+    for trials in groups.values():
+        assert {(t["num_workers"], t["seed"]) for t in trials} >= {(w, s) for w in (1, 2) for s in (0, 1)}
+
+
+@pytest.mark.parametrize("baselines, expected", [("true", {"none", "fp16", "qsgd"}), ("false", {"qsgd"})])
+def test_baselines_are_added_unless_false(tmp_path, baselines, expected):
+    sweep = load_sweep(write(tmp_path, study(f"""\
+        baselines: {baselines}
+        sweep:
+          compressor: [{{name: qsgd, bits: 4}}]
+        """)))
+    assert {t["compressor"] for t in sweep.trials} == expected
+    assert len(sweep.trials) == len(expected)
+
+
+def test_a_baseline_listed_in_the_file_is_not_doubled(tmp_path):
+    sweep = load_sweep(write(tmp_path, HEADER + "sweep:\n  compressor: [fp16, none, onebit]\n"))
+    assert sorted(t["compressor"] for t in sweep.trials) == ["fp16", "none", "onebit"]
+
+
+def test_top_level_algorithm_applies_only_where_supported(tmp_path):
+    sweep = load_sweep(write(tmp_path, study("""\
+        baselines: false
+        sweep:
+          algorithm: [sra, allgather]
+          compressor: [none, onebit, powersgd]
+        """)))
+    algorithms = {c: sorted(str(t["algorithm"]) for t in trials) for c, trials in by_compressor(sweep.trials).items()}
+    assert algorithms == {"none": ["allreduce"], "onebit": ["allgather", "sra"], "powersgd": ["None"]}
+
+
+def test_any_workload_option_is_an_axis_and_entries_may_override_it(tmp_path):
+    sweep = load_sweep(write(tmp_path, textwrap.dedent("""\
+        name: t
+        workload: {model: mlp, epochs: 1, target_accuracy: 0.9}
+        baselines: false
+        sweep:
+          lr: [0.05, 0.1]
+          compressor: [none, {name: onebit, lr: 0.01}]
+        """)))
+    assert sorted((t["compressor"], t["lr"]) for t in sweep.trials) == [
+        ("none", 0.05), ("none", 0.1), ("onebit", 0.01)]
+
+
+def test_trial_names_are_readable_and_ids_stable(tmp_path):
+    text = study("""\
+        baselines: false
+        sweep:
+          num_workers: [1, 2]
+          seed: 0
+          compressor: [{name: qsgd, bits: [2, 4], bucket: 512}, {name: onebit, fail_at_epoch: 1}]
+        """)
+    first = load_sweep(write(tmp_path, text, "a.yaml")).trials
+    # the same study written with other key order and spacing: same trials, same ids
+    reordered = text.replace("  num_workers: [1, 2]\n  seed: 0\n", "  seed: 0\n  num_workers: [1,   2]\n")
+    assert reordered != text
+    second = load_sweep(write(tmp_path, reordered, "b.yaml")).trials
+    assert [t["trial_id"] for t in first] == [t["trial_id"] for t in second]
+    names = [t["name"] for t in first]
+    assert "t-qsgd-bits4-bucket512-w2-s0" in names
+    assert "t-onebit-fail_at_epoch1-w1-s0" in names
+    assert len(set(names)) == len(names) == 6
+    for trial in first:
+        assert trial["trial_id"] == trial_id_of(settings_of(trial))
+    assert len({t["trial_id"] for t in first}) == 6
+    # a different setting gives a different id
+    lr_changed = load_sweep(write(tmp_path, text.replace("epochs: 1", "epochs: 2"), "c.yaml")).trials
+    assert not {t["trial_id"] for t in first} & {t["trial_id"] for t in lr_changed}
+
+
+def test_trials_carry_every_training_setting(tmp_path):
+    from orchestrator.train_loop import defaults
+
+    (trial,) = load_sweep(write(tmp_path, HEADER + "baselines: false\n")).trials
+    train_keys = set(defaults()) - {"cpus_per_worker", "gpus_per_worker", "max_failures"}
+    assert set(settings_of(trial)) == train_keys
+
+
+# ---------------------------------------------------------------- errors
+
+
+BAD = [
+    # (file text, line of the error, words the message must contain)
+    (HEADER + """\
+sweep:
+  compressor:
+    - none
+    - fp16
+    - dynamic8
+    - {name: qsgd, bitz: [2, 4]}
+""", 13, ["unknown key 'bitz'", "sweep.compressor[3]", "did you mean 'bits'"]),
+    (HEADER.replace("  epochs: 1\n", "  epoch: 1\n"), 6, ["unknown key 'epoch'", "workload", "did you mean 'epochs'"]),
+    (HEADER.replace("epochs: 1", "epochs: three"), 6, ["workload.epochs", "integer", "'three'"]),
+    (HEADER.replace("epochs: 1", "epochs: 0"), 6, ["workload.epochs", ">= 1"]),
+    (HEADER.replace("target_accuracy: 0.9", "target_accuracy: 1.5"), 7, ["workload.target_accuracy", "1.5"]),
+    (HEADER + "sweep:\n  lr: [0.1,\n       -0.5]\n", 10, ["sweep.lr[1]", "-0.5"]),
+    (HEADER + "sweep:\n  num_workers: [0]\n", 9, ["sweep.num_workers[0]", ">= 1"]),
+    (HEADER + """\
+sweep:
+  compressor:
+    - name: adaptive
+      pi:
+        - 0.1
+        - 1.5
+""", 13, ["sweep.compressor[0].pi[1]", "pi", "1.5"]),
+    (HEADER + "sweep:\n  compressor: [{name: qsgd, bits: 9}]\n", 9, ["sweep.compressor[0].bits", "bits", "9"]),
+    (HEADER + "sweep:\n  compressor:\n    - none\n    - qsdg\n", 11, ["unknown compressor 'qsdg'", "did you mean 'qsgd'"]),
+    (HEADER + "sweep:\n  compressor: [{name: onebit, bits: 4}]\n", 9, ["'bits'", "onebit"]),
+    (HEADER + "sweep:\n  compressor: [{name: none, algorithm: sra}]\n", 9, ["sweep.compressor[0].algorithm", "allreduce"]),
+    (HEADER + "cluster:\n  backend: mpi\n", 9, ["cluster.backend", "gloo"]),
+    (HEADER + "sweep:\n  epochs: [1, 2]\n", 9, ["'epochs'", "both workload and sweep"]),
+    (HEADER + "sweep:\n  lr: [0.1, 0.2\n  seed: 0\n", 10, ["invalid YAML"]),
+    (HEADER + "sweep:\n  lr: 0.1\n  lr: 0.2\n", 10, ["duplicate key 'lr'"]),
+    (HEADER.replace("  target_accuracy: 0.9\n", ""), 2, ["target_accuracy"]),
+    (HEADER.replace("name: t", "name: my study"), 1, ["name"]),
+    (HEADER.replace("  model: mlp\n", "  model: mlpp\n"), 3, ["workload.model", "mlp"]),
+]
+
+
+@pytest.mark.parametrize("text, line, words", BAD, ids=[words[0] for _, _, words in BAD])
+def test_bad_sweep_files_name_file_line_and_key(tmp_path, text, line, words):
+    path = write(tmp_path, text, "bad.yaml")
+    with pytest.raises(ConfigError) as caught:
+        load_sweep(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:{line}: "), message
+    assert caught.value.line == line
+    for word in words:
+        assert word in message, message
+
+
+def test_validate_exits_2_with_the_located_message(tmp_path):
+    path = write(tmp_path, HEADER + "sweep:\n  compressor: [{name: qsgd, bitz: 4}]\n", "x.yaml")
+    done = subprocess.run([sys.executable, "-m", "orchestrator", "validate", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2
+    assert f"{path}:9: unknown key 'bitz' in sweep.compressor[0] (did you mean 'bits'?)" in done.stderr
+    assert done.stdout == ""
+
+
+def test_validate_and_dry_run_list_trials_without_importing_ray(tmp_path):
+    path = write(tmp_path, HEADER + "sweep:\n  num_workers: [1, 2]\n")
+    code = (
+        "import sys\n"
+        "from orchestrator.cli import main\n"
+        f"assert main(['validate', {str(path)!r}]) == 0\n"
+        f"assert main(['run', {str(path)!r}, '--dry-run', '--results', {str(tmp_path / 'r')!r}]) == 0\n"
+        "assert 'ray' not in sys.modules, 'ray was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    # printed twice (validate, dry run): a header and one row per trial (none, fp16 x 2 workers)
+    assert done.stdout.count("t: 4 trials") == 2
+    assert done.stdout.count("t-fp16-w2-s0") == 2
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_sweeps_validate(path, capsys):
+    assert main(["validate", str(path)]) == 0
+    sweep = load_sweep(path)
+    assert path.read_text().startswith("#"), "each shipped sweep says what it reproduces"
+    assert {"none", "fp16"} <= {t["compressor"] for t in sweep.trials}
+    assert f"{sweep.name}: {len(sweep.trials)} trials" in capsys.readouterr().out
+
+
+def test_quickstart_is_the_twelve_trial_cpu_study():
+    sweep = load_sweep(ROOT / "sweeps" / "quickstart.yaml")
+    assert len(sweep.trials) == 12
+    assert {t["num_workers"] for t in sweep.trials} == {1, 2}
+    assert {t["compressor"] for t in sweep.trials} == {"none", "fp16", "dynamic8", "qsgd", "onebit", "adaptive"}
+    assert not sweep.cluster["use_gpu"]
