@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from . import bits as bitpack
-from . import wire
+from . import chunks, wire
 from .base import Compressor, numel
 
 
@@ -29,6 +29,17 @@ class OneBit(Compressor):
     def _encode_body(self, flat, shape, *, step, rank, stream):
         rows, cols = wire.matrix_shape(shape)
         m = flat.view(rows, cols)
+        mean_pos = torch.empty(rows, dtype=torch.float32, device=flat.device)
+        mean_neg = torch.empty(rows, dtype=torch.float32, device=flat.device)
+        bits = torch.empty(bitpack.packed_nbytes(rows * cols, 1), dtype=torch.uint8, device=flat.device)
+        # Pieces of 8 rows at a time, so each piece's bits start on a byte.
+        for a, b in chunks.spans(rows, cols, multiple=8):
+            mean_pos[a:b], mean_neg[a:b], piece_bits = self._encode_rows(m[a:b])
+            bits[a * cols // 8:a * cols // 8 + piece_bits.numel()] = piece_bits
+        return [mean_pos, mean_neg, bits]
+
+    def _encode_rows(self, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        cols = m.shape[1]
         positive = m >= 0
         n_pos = positive.sum(dim=1)
         # float64 sums: float32 ones overflow for large entries.
@@ -37,12 +48,16 @@ class OneBit(Compressor):
         mean_pos = torch.where(n_pos > 0, sum_pos / n_pos.clamp(min=1), 0.0).to(torch.float32)
         n_neg = cols - n_pos
         mean_neg = torch.where(n_neg > 0, sum_neg / n_neg.clamp(min=1), 0.0).to(torch.float32)
-        return [mean_pos, mean_neg, bitpack.pack_signs(positive)]
+        return mean_pos, mean_neg, bitpack.pack_signs(positive)
 
     def _decode_body(self, payload, start, shape):
         rows, cols = wire.matrix_shape(shape)
         mean_pos = wire.section(payload, start, rows, torch.float32)
         mean_neg = wire.section(payload, start + 4 * rows, rows, torch.float32)
         data = wire.section(payload, start + 8 * rows, bitpack.packed_nbytes(rows * cols, 1), torch.uint8)
-        positive = bitpack.unpack_signs(data, rows * cols).view(rows, cols)
-        return torch.where(positive, mean_pos[:, None], mean_neg[:, None]).reshape(-1)
+        out = torch.empty(rows, cols, dtype=torch.float32, device=payload.device)
+        for a, b in chunks.spans(rows, cols, multiple=8):
+            at = a * cols // 8
+            positive = bitpack.unpack_signs(data[at:at + bitpack.packed_nbytes((b - a) * cols, 1)], (b - a) * cols)
+            out[a:b] = torch.where(positive.view(b - a, cols), mean_pos[a:b, None], mean_neg[a:b, None])
+        return out.reshape(-1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from . import bits as bitpack
-from . import rng, wire
+from . import chunks, rng, wire
 from .base import Compressor, numel
 from .params import Param
 
@@ -42,14 +42,33 @@ class QSGD(Compressor):
         n = numel(shape)
         return 4 * self._nbuckets(n) + bitpack.packed_nbytes(n, self.bits)
 
+    def _pieces(self, n: int) -> list[tuple[int, int]]:
+        """Element ranges of whole buckets (the last may end in a short one),
+        each but the last a multiple of 8 buckets, so its bits start on a byte."""
+        nb = self._nbuckets(n)
+        return [(a * self.bucket, min(b * self.bucket, n)) for a, b in chunks.spans(nb, self.bucket, multiple=8)]
+
     def _encode_body(self, flat, shape, *, step, rank, stream):
         n = flat.numel()
+        key = rng.stream_key(self.seed, step, rank, stream)
+        norms = torch.empty(self._nbuckets(n), dtype=torch.float32, device=flat.device)
+        packed = torch.empty(bitpack.packed_nbytes(n, self.bits), dtype=torch.uint8, device=flat.device)
+        for a, b in self._pieces(n):
+            first = a // self.bucket
+            piece_norms, piece_bytes = self._encode_piece(flat[a:b], key, a)
+            norms[first:first + piece_norms.numel()] = piece_norms
+            at = a * self.bits // 8
+            packed[at:at + piece_bytes.numel()] = piece_bytes
+        return [norms, packed]
+
+    def _encode_piece(self, x: torch.Tensor, key: int, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        n = x.numel()
         nb = self._nbuckets(n)
         pad = nb * self.bucket - n
-        buckets = torch.nn.functional.pad(flat, (0, pad)).view(nb, self.bucket)
+        buckets = torch.nn.functional.pad(x, (0, pad)).view(nb, self.bucket)
         mag = buckets.abs()
         if self.norm == "max":
-            norms = mag.amax(dim=1) if n else mag.new_zeros(0)
+            norms = mag.amax(dim=1)
         else:
             # float64: squares of large float32 values overflow.
             norms = torch.linalg.vector_norm(buckets, dim=1, dtype=torch.float64).to(torch.float32)
@@ -57,21 +76,27 @@ class QSGD(Compressor):
         # Divide (not multiply by s / norm): s / norm overflows for denormal norms.
         r = torch.nan_to_num_(mag / norms[:, None] * s, nan=0.0).clamp_(0, s)
         floor = torch.floor(r)
-        u = rng.uniform(rng.stream_key(self.seed, step, rank, stream), n, flat.device)
+        u = rng.uniform(key, n, x.device, start=start)
         u = torch.nn.functional.pad(u, (0, pad), value=1.0).view(nb, self.bucket)
         level = (floor + (u < r - floor)).clamp_(max=s).to(torch.uint8)
         codes = level | ((buckets < 0).to(torch.uint8) << (self.bits - 1))
-        return [norms, bitpack.pack(codes.reshape(-1)[:n], self.bits)]
+        return norms, bitpack.pack(codes.reshape(-1)[:n], self.bits)
 
     def _decode_body(self, payload, start, shape):
         n = numel(shape)
         nb = self._nbuckets(n)
         norms = wire.section(payload, start, nb, torch.float32)
         data = wire.section(payload, start + 4 * nb, bitpack.packed_nbytes(n, self.bits), torch.uint8)
-        codes = bitpack.unpack(data, self.bits, n)
+        scales = norms / self.levels
         sign_bit = 1 << (self.bits - 1)
-        level = (codes & (sign_bit - 1)).to(torch.float32)
-        value = torch.where(codes >= sign_bit, -level, level)
-        pad = nb * self.bucket - n
-        value = torch.nn.functional.pad(value, (0, pad)).view(nb, self.bucket)
-        return (value * (norms / self.levels)[:, None]).reshape(-1)[:n]
+        out = torch.empty(n, dtype=torch.float32, device=payload.device)
+        for a, b in self._pieces(n):
+            at = a * self.bits // 8
+            codes = bitpack.unpack(data[at:at + bitpack.packed_nbytes(b - a, self.bits)], self.bits, b - a)
+            level = (codes & (sign_bit - 1)).to(torch.float32)
+            value = torch.where(codes >= sign_bit, -level, level)
+            first, count = a // self.bucket, -(-(b - a) // self.bucket)
+            pad = count * self.bucket - (b - a)
+            value = torch.nn.functional.pad(value, (0, pad)).view(count, self.bucket)
+            out[a:b] = (value * scales[first:first + count, None]).reshape(-1)[:b - a]
+        return out

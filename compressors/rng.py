@@ -35,17 +35,17 @@ def stream_key(seed: int, step: int, rank: int, stream: int) -> int:
     return key
 
 
-def uniform(key: int, n: int, device: torch.device) -> torch.Tensor:
-    """``n`` float32 uniforms for element indices ``0..n-1`` under ``key``."""
+def uniform(key: int, n: int, device: torch.device, start: int = 0) -> torch.Tensor:
+    """``n`` float32 uniforms for element indices ``start..start+n-1`` under ``key``."""
     if torch.device(device).type == "cpu":
-        return torch.from_numpy(_uniform_numpy(key, n))
-    return _uniform_torch(key, n, device)
+        return torch.from_numpy(_uniform_numpy(key, n, start))
+    return _uniform_torch(key, n, device, start)
 
 
-def _uniform_numpy(key: int, n: int) -> np.ndarray:
+def _uniform_numpy(key: int, n: int, start: int = 0) -> np.ndarray:
     # numpy's uint32 arithmetic wraps by definition and is ~4x faster than
     # emulating it with torch int32 on the CPU.
-    x = np.arange(n, dtype=np.uint32)
+    x = np.arange(start, start + n, dtype=np.uint32)
     x *= np.uint32(GOLDEN)
     x ^= np.uint32(key)
     x ^= x >> 16
@@ -61,10 +61,11 @@ def _signed32(c: int) -> int:
     return c - (1 << 32) if c >= 1 << 31 else c
 
 
-def _uniform_torch(key: int, n: int, device: torch.device) -> torch.Tensor:
+def _uniform_torch(key: int, n: int, device: torch.device, start: int = 0) -> torch.Tensor:
     # int32 multiplication wraps modulo 2**32 on every torch backend; right
     # shifts are arithmetic, so mask the sign-extended bits away.
-    x = torch.arange(n, dtype=torch.int32, device=device)
+    # Indices stay below 2**31 (wire.MAX_NUMEL), so int32 holds them.
+    x = torch.arange(start, start + n, dtype=torch.int32, device=device)
     x = x * _signed32(GOLDEN)
     x = x ^ _signed32(key)
     x = x ^ ((x >> 16) & 0xFFFF)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import dynamic_tree, wire
+from . import chunks, dynamic_tree, wire
 from .base import Compressor, numel
 from .params import Param
 
@@ -19,11 +19,27 @@ BLOCK = Param("block", 0, int, low=0, high=2**31 - 1)
 class _AbsmaxScaled(Compressor):
     params = (BLOCK,)
 
-    def _block_len(self, n: int) -> int:
-        return self.block if self.block else max(n, 1)
-
     def _nblocks(self, n: int) -> int:
-        return -(-n // self._block_len(n))
+        return -(-n // (self.block or max(n, 1)))
+
+    def _pieces(self, n: int) -> list[tuple[int, int, int]]:
+        """``(start, stop, row_len)`` element ranges, each a (rows, row_len) view.
+
+        Rows are blocks (the last may be short); with one scale for the whole
+        tensor, rows of ``chunks.CHUNK_ELEMS`` elements.
+        """
+        row = self.block or chunks.CHUNK_ELEMS
+        full = n // row
+        pieces = [(a * row, b * row, row) for a, b in chunks.spans(full, row)]
+        if full * row < n:
+            pieces.append((full * row, n, n - full * row))
+        return pieces
+
+    def _scales(self, absmax: torch.Tensor, start: int, row_len: int, rows: int) -> torch.Tensor:
+        if not self.block:
+            return absmax.view(1, 1)
+        first = start // self.block
+        return absmax[first:first + rows, None]
 
     def _header_params(self, shape):
         return (self.block, 0, 0, 0.0)
@@ -32,20 +48,17 @@ class _AbsmaxScaled(Compressor):
         n = numel(shape)
         return 4 * self._nblocks(n) + n
 
-    def _blocks(self, flat: torch.Tensor) -> torch.Tensor:
-        """``flat`` zero-padded to whole blocks, shape (nblocks, block)."""
-        n = flat.numel()
-        b = self._block_len(n)
-        nb = self._nblocks(n)
-        if nb * b != n:
-            flat = torch.nn.functional.pad(flat, (0, nb * b - n))
-        return flat.view(nb, b)
-
     def _encode_body(self, flat, shape, *, step, rank, stream):
         n = flat.numel()
-        blocks = self._blocks(flat)
-        absmax = blocks.abs().amax(dim=1) if n else blocks.new_zeros(0)
-        codes = self._quantize(blocks, absmax).reshape(-1)[:n]
+        pieces = self._pieces(n)
+        maxima = [flat[a:b].view(-1, row).abs().amax(dim=1) for a, b, row in pieces]
+        absmax = torch.cat(maxima) if maxima else flat.new_zeros(0)
+        if not self.block and n:
+            absmax = absmax.amax().view(1)
+        codes = torch.empty(n, dtype=torch.uint8, device=flat.device)
+        for a, b, row in pieces:
+            rows = flat[a:b].view(-1, row)
+            codes[a:b] = self._quantize(rows, self._scales(absmax, a, row, rows.shape[0])).view(-1)
         return [absmax, codes]
 
     def _decode_body(self, payload, start, shape):
@@ -53,21 +66,20 @@ class _AbsmaxScaled(Compressor):
         nb = self._nblocks(n)
         absmax = wire.section(payload, start, nb, torch.float32)
         codes = wire.section(payload, start + 4 * nb, n, torch.uint8)
-        values = self._dequantize(codes)
-        b = self._block_len(n)
-        if nb * b != n:
-            values = torch.nn.functional.pad(values, (0, nb * b - n))
-        return (values.view(nb, b) * absmax[:, None]).reshape(-1)[:n]
+        out = torch.empty(n, dtype=torch.float32, device=payload.device)
+        for a, b, row in self._pieces(n):
+            values = self._dequantize(codes[a:b]).view(-1, row)
+            out[a:b] = (values * self._scales(absmax, a, row, values.shape[0])).view(-1)
+        return out
 
 
 class Dynamic8(_AbsmaxScaled):
     """Dettmers' 8-bit dynamic tree type (see ``dynamic_tree``)."""
     name = "dynamic8"
 
-    def _quantize(self, blocks, absmax):
+    def _quantize(self, blocks, m):
         table = dynamic_tree.tables(blocks.device)
         # Divide, not multiply by 1 / max: that reciprocal overflows for tiny maxima.
-        m = absmax[:, None]
         scaled = torch.nan_to_num_(torch.where(m > 0, blocks.abs() / m, 0.0), nan=0.0).clamp_(max=1.0)
         pos = dynamic_tree.position(table, scaled)
         return table.code_of_position[pos] | ((blocks < 0).to(torch.uint8) << 7)
@@ -80,8 +92,7 @@ class Linear8(_AbsmaxScaled):
     """255 uniform levels over [-max, max]: code = rint(x / max * 127) + 127."""
     name = "linear8"
 
-    def _quantize(self, blocks, absmax):
-        m = absmax[:, None]
+    def _quantize(self, blocks, m):
         q = torch.nan_to_num_(torch.round(torch.where(m > 0, blocks / m * 127.0, 0.0)), nan=0.0).clamp_(-127, 127)
         return (q + 127).to(torch.uint8)
 
