@@ -18,11 +18,9 @@ threads (default 1: the development machines have 2 cores).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import socket
 import statistics
 import sys
@@ -35,6 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from . import machine
 from .reducer import Reducer
 
 DEFAULT_SIDES = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -56,17 +55,6 @@ def method_labels() -> list[str]:
 # ---------------------------------------------------------------- machine facts
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def mem_available_bytes() -> int | None:
     try:
         with open("/proc/meminfo") as f:
@@ -80,21 +68,12 @@ def mem_available_bytes() -> int | None:
 
 def machine_info(args: argparse.Namespace) -> dict[str, Any]:
     info = {
-        "cpu_model": cpu_model(),
-        "cpu_cores": os.cpu_count(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "hostname": socket.gethostname(),
+        **machine.describe(),
         "world": args.world,
         "backend": args.backend,
         "threads_per_process": args.threads,
         "repeats": args.repeats,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    if args.backend == "nccl":
-        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(args.world)]
-        info["cuda"] = torch.version.cuda
     return info
 
 
@@ -303,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(os, "getloadavg"):  # other work on a shared machine disturbs the timings
         info["loadavg_1_5_15_at_end"] = [round(v, 2) for v in os.getloadavg()]
     print(f"# allreduce benchmark: world {args.world}, {args.backend}, {info['cpu_model']} "
-          f"({info['cpu_cores']} cores), torch {info['torch']}, {args.threads} thread(s)/rank, "
+          f"({info['cpu_count']} cores), torch {info['torch']}, {args.threads} thread(s)/rank, "
           f"median of {args.repeats} after a warm-up, {info['date']}")
     print(format_table(rows))
     print()

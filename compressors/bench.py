@@ -20,10 +20,8 @@ vs fp32) and, with ``--json PATH``, saves it with the machine's description
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -32,6 +30,7 @@ from typing import Any
 
 import torch
 
+from . import machine
 from .registry import COMPRESSORS, get
 
 QSGD_BITS = (2, 4, 8)
@@ -54,33 +53,9 @@ def label(name: str, params: dict[str, Any]) -> str:
     return name + "".join(f" {k}={v}" for k, v in params.items())
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine_info(device: torch.device, threads: int) -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "threads": threads,
-        "torch_num_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "device": str(device),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-        info["cuda"] = torch.version.cuda
-    return info
+    return {**machine.describe(), "threads": threads, "torch_num_threads": torch.get_num_threads(),
+            "device": str(device)}
 
 
 def timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:

@@ -30,7 +30,6 @@ def unpack(data: torch.Tensor, bits: int, count: int) -> torch.Tensor:
     if bits == 8:
         return data[:count].to(torch.int64)
     if 8 % bits == 0:
-        per = 8 // bits
         shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=data.device)
         return ((data.view(-1, 1) >> shifts) & ((1 << bits) - 1)).reshape(-1)[:count].to(torch.int64)
     groups = -(-count // 8)

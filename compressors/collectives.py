@@ -60,6 +60,13 @@ class _Phases:
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
+def _gather_into(out: torch.Tensor, mine: torch.Tensor, world: int, group: dist.ProcessGroup | None) -> None:
+    if world > 1:
+        _all_gather(out, mine, group=group)
+    else:
+        out.copy_(mine)
+
+
 def world_of(group: dist.ProcessGroup | None) -> tuple[int, int]:
     if not dist.is_available() or not dist.is_initialized():
         return 0, 1
@@ -112,10 +119,7 @@ def allgather_compressed(tensors: list[torch.Tensor], keys: list[int], compresso
     mine = torch.cat(payloads)
     gathered = torch.empty(world * mine.numel(), dtype=torch.uint8, device=mine.device)
     phases.charge("encode")
-    if world > 1:
-        _all_gather(gathered, mine, group=group)
-    else:
-        gathered.copy_(mine)
+    _gather_into(gathered, mine, world, group)
     phases.charge("comm")
     sizes = [p.numel() for p in payloads]
     for i, t in enumerate(tensors):
@@ -229,10 +233,7 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     padded[:mine.numel()] = mine
     gathered = torch.empty(world * width, dtype=torch.uint8, device=device)
     phases.charge("encode")
-    if world > 1:
-        _all_gather(gathered, padded, group=group)
-    else:
-        gathered.copy_(padded)
+    _gather_into(gathered, padded, world, group)
     phases.charge("comm")
 
     for i, (t, (shape2, bounds)) in enumerate(zip(tensors, layout)):

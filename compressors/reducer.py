@@ -12,6 +12,20 @@ from .feedback import ErrorFeedback
 from .registry import NATIVE, check_params, get
 
 ALGORITHMS = ("allreduce", "allgather", "sra")
+
+
+def algorithms(compressor: str) -> tuple[str, ...]:
+    """The algorithms ``compressor`` can average with (powersgd: its own hook)."""
+    if compressor == "powersgd":
+        return ("powersgd",)
+    return ALGORITHMS if compressor in NATIVE else ALGORITHMS[1:]
+
+
+def default_algorithm(compressor: str) -> str:
+    """allreduce for the native baselines, sra for compressed methods, powersgd for itself."""
+    return algorithms(compressor)[0] if compressor in NATIVE or compressor == "powersgd" else "sra"
+
+
 _WIRE_DTYPES = {"none": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -32,9 +46,8 @@ class Reducer:
                  error_feedback: bool | None = None, **params: Any) -> None:
         self.compressor = compressor
         self.params = check_params(compressor, **params)
-        if algorithm is None:
-            algorithm = "powersgd" if compressor == "powersgd" else "allreduce" if compressor in NATIVE else "sra"
-        valid = ("powersgd",) if compressor == "powersgd" else ALGORITHMS if compressor in NATIVE else ALGORITHMS[1:]
+        algorithm = algorithm or default_algorithm(compressor)
+        valid = algorithms(compressor)
         if algorithm not in valid:
             raise ValueError(f"algorithm {algorithm!r} is invalid for {compressor!r}; valid: {list(valid)}")
         if min_compress_numel < 0:

@@ -89,8 +89,21 @@ def main(argv: list[str] | None = None) -> int:
     except ResultsExist as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"results: {results}")
+    _print_outcome(results)
     return 1 if unfinished else 0
+
+
+def _print_outcome(results: Path) -> None:
+    """The summary table and where everything is, as the last thing a run prints."""
+    summary = results / "summary.md"
+    if summary.is_file():
+        print()
+        print(summary.read_text().rstrip())
+    print()
+    print(f"results: {results}  (trials.csv, trials.parquet, history.csv, summary.md)")
+    plots = sorted((results / "plots").glob("*.png"))
+    if plots:
+        print(f"plots:   {results / 'plots'}  ({', '.join(p.name for p in plots)})")
 
 
 if __name__ == "__main__":

@@ -263,22 +263,25 @@ _TOP_LEVEL_OPTIONS: dict[str, Option] = {
     "sweep": Option(None, lambda value: None),
 }
 
-# none/fp16/bf16 are summed by a native allreduce; powersgd runs PyTorch's own hook.
-_NATIVE = ("none", "fp16", "bf16")
 _BASELINES = ("none", "fp16")
 
 
 def _algorithms(compressor: str) -> tuple[str, ...]:
-    if compressor in _NATIVE:
+    """What a sweep may choose: the baselines stay on their native all_reduce, and
+    powersgd has nothing to choose (its hook is its algorithm)."""
+    import compressors
+
+    if compressor in compressors.NATIVE:
         return ("allreduce",)
     if compressor == "powersgd":
         return ()
-    return ("allgather", "sra")
+    return compressors.algorithms(compressor)
 
 
 def _default_algorithm(compressor: str) -> str | None:
-    choices = _algorithms(compressor)
-    return choices[-1] if choices else None  # 'sra' for the compressed ones
+    import compressors
+
+    return compressors.default_algorithm(compressor) if _algorithms(compressor) else None
 
 
 @functools.cache
