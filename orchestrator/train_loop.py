@@ -119,7 +119,7 @@ def _median(values: list[float]) -> float:
 
 
 def train(config: dict[str, Any], report: Report | None = None) -> dict[str, Any]:
-    """Train one configuration; returns ``{status, reason, final, history}``."""
+    """Train one configuration; returns ``{status, reason, model_summary, final, history}``."""
     config = {**defaults(), **{k: v for k, v in config.items() if v is not None}}
     unknown = sorted(set(config) - set(defaults()) - {"name", "trial_id"})
     if unknown:
@@ -132,6 +132,7 @@ def train(config: dict[str, Any], report: Report | None = None) -> dict[str, Any
     torch.manual_seed(config["seed"])  # identical initial weights on every rank
     model_options = {k: config[k] for k in _MODEL_OPTIONS if config[k] is not None}
     model = workloads.build_model(config["model"], data.input_shape, data.num_classes, **model_options).to(device)
+    summary = workloads.model_summary(model, config["min_compress_numel"])
 
     main = _reducer(config, config["compressor"], config["algorithm"])
     warm = _reducer(config, "none", None)
@@ -213,7 +214,8 @@ def train(config: dict[str, Any], report: Report | None = None) -> dict[str, Any
             report(metrics)
         if status == "diverged":
             break
-    return {"status": status, "reason": reason, "final": history[-1] if history else {}, "history": history}
+    return {"status": status, "reason": reason, "model_summary": summary,
+            "final": history[-1] if history else {}, "history": history}
 
 
 def _parse_args(argv: list[str] | None) -> dict[str, Any]:
@@ -244,6 +246,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"bytes_per_step {m['bytes_per_step']:.0f}", flush=True)
     result = train(args["config"], report=show)
     if not dist.is_initialized() or dist.get_rank() == 0:
+        s = result["model_summary"]
+        print(f"model: {s['parameters']:,} parameters, {s['grad_bytes_fp32']:,} gradient bytes in fp32, "
+              f"{s['compressible_share']:.1%} of them in tensors of >= min_compress_numel elements")
         print(f"status: {result['status']}" + (f" ({result['reason']})" if result["reason"] else ""))
         if args["json"]:
             with open(args["json"], "w") as f:

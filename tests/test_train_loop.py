@@ -29,6 +29,9 @@ def test_mlp_reaches_93_percent_on_builtin_mnist_with_one_worker():
     assert times == sorted(times) and times[0] > 0
     assert all(m["bytes_per_step"] == 0 for m in reports)
     assert math.isnan(result["final"]["compression_ratio"])
+    weights, biases = 784 * 256 + 256 * 256 + 256 * 10, 256 + 256 + 10
+    assert result["model_summary"] == {"parameters": weights + biases, "grad_bytes_fp32": 4 * (weights + biases),
+                                       "compressible_share": pytest.approx(weights / (weights + biases))}
 
 
 def test_two_workers_with_none_match_one_worker_with_the_doubled_batch():
