@@ -20,7 +20,7 @@ from .feedback import ErrorFeedback
 
 @dataclass
 class StepStats:
-    """What one averaging cost this rank."""
+    """What one averaging cost this rank (``numel``: elements averaged)."""
     bytes_sent: float = 0.0
     encode_s: float = 0.0
     comm_s: float = 0.0

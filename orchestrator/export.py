@@ -41,6 +41,10 @@ Files written into the results folder (``export(results)``):
   bytes one rank sends per step; ``compression_ratio``: fp32 ring-allreduce
   bytes / bytes sent. The training loop reports each per epoch; the table
   holds the median over the epochs run.
+- ``parameters``, ``grad_bytes_fp32``, ``compressible_share``: the model's parameter
+  count, its gradient bytes in fp32, and the share of those bytes in tensors of at
+  least ``min_compress_numel`` elements (the part a compressor acts on); empty for a
+  trial that failed before training returned.
 
 ``history.csv`` -- one row per trial and epoch: ``trial_id``, ``name``, the
 settings, then every per-epoch metric the training loop reported (``epoch``,
@@ -74,10 +78,12 @@ __all__ = ["RESULT_COLUMNS", "export", "trial_rows", "history_rows", "summary_ma
 # Per-step metrics summarised as the median over epochs.
 STEP_METRICS = ("step_time_s", "compute_s", "encode_s", "comm_s", "decode_s",
                 "samples_per_s", "bytes_per_step", "compression_ratio")
+# workloads.model_summary of the trained model, as the training loop returned it.
+MODEL_COLUMNS = ("parameters", "grad_bytes_fp32", "compressible_share")
 RESULT_COLUMNS = (
     "epochs_run", "final_accuracy", "best_accuracy", "accuracy_delta", "time_to_accuracy_s",
     "train_time_s", "speedup_vs_fp32", "speedup_basis", "speedup_vs_16bit", "speedup_vs_16bit_basis",
-    *STEP_METRICS,
+    *STEP_METRICS, *MODEL_COLUMNS,
 )
 ID_COLUMNS = ("trial_id", "name", "status", "reason")
 
@@ -159,6 +165,7 @@ def _own_results(record: dict[str, Any]) -> dict[str, Any]:
     for metric in STEP_METRICS:
         values = [h[metric] for h in history if _number(h.get(metric))]
         row[metric] = statistics.median(values) if values else None
+    row.update({k: v for k, v in (record.get("model_summary") or {}).items() if k in MODEL_COLUMNS})
     return row
 
 

@@ -31,8 +31,9 @@ def trials_dir(results: Path) -> Path:
 
 
 def make_record(trial: dict[str, Any], status: str, reason: str | None,
-                history: list[dict[str, Any]]) -> dict[str, Any]:
-    """A record for ``trial`` (a flat dict from orchestrator.config) that ended in ``status``."""
+                history: list[dict[str, Any]], model_summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A record for ``trial`` (a flat dict from orchestrator.config) that ended in ``status``;
+    ``model_summary`` is the training loop's (absent when the trial failed before it returned)."""
     if status not in FINISHED:
         raise ValueError(f"status must be one of {FINISHED}, got {status!r}")
     settings = {k: v for k, v in trial.items() if k not in ("name", "trial_id")}
@@ -43,6 +44,7 @@ def make_record(trial: dict[str, Any], status: str, reason: str | None,
         "status": status,
         "reason": reason,
         "history": history,
+        "model_summary": model_summary,
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -184,7 +184,7 @@ def _train_worker(config: dict[str, Any]) -> None:
         ray.train.report({"epoch_metrics": metrics})
 
     outcome = train(config["settings"], report=report)
-    ray.train.report({"outcome": {"status": outcome["status"], "reason": outcome["reason"]}})
+    ray.train.report({"outcome": {key: outcome[key] for key in ("status", "reason", "model_summary")}})
 
 
 def _recorder(results: Path, progress: Progress) -> Any:
@@ -210,15 +210,15 @@ def _recorder(results: Path, progress: Progress) -> Any:
         def on_trial_complete(self, iteration, trials, trial, **info):
             outcome = self.outcome.get(trial.trial_id, {
                 "status": "failed", "reason": "the trial ended without the training loop's outcome"})
-            self._finish(trial, outcome["status"], outcome["reason"])
+            self._finish(trial, outcome["status"], outcome["reason"], outcome.get("model_summary"))
 
         def on_trial_error(self, iteration, trials, trial, **info):
             self._finish(trial, "failed", _error_reason(trial))
             progress.note(f"traceback of {_trial_name(trial)}: {trial.error_file}")
 
-        def _finish(self, trial, status: str, reason: str | None) -> None:
+        def _finish(self, trial, status: str, reason: str | None, model_summary: dict | None = None) -> None:
             history = self.history.pop(trial.trial_id, [])
-            write_record(results, make_record(trial.config["trial"], status, reason, history))
+            write_record(results, make_record(trial.config["trial"], status, reason, history, model_summary))
             progress.finished_trial(_trial_name(trial), status, reason, history)
             try:
                 export(results)

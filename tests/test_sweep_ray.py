@@ -120,6 +120,9 @@ def test_values_are_sensible(resumed):
     assert sorted(ok.index) == ["none", "qsgd"]
     assert ok.final_accuracy.between(0, 1).all() and ok.best_accuracy.between(0, 1).all()
     assert (ok.bytes_per_step > 0).all() and (ok.train_time_s > 0).all() and (ok.step_time_s > 0).all()
+    # mlp width 16, depth 1 on MNIST: only the 784x16 weight has >= 1024 elements.
+    assert ok.parameters.tolist() == [784 * 16 + 16 + 16 * 10 + 10] * 2
+    assert ok.compressible_share.tolist() == pytest.approx([784 * 16 / (784 * 16 + 16 + 16 * 10 + 10)] * 2)
     assert ok.epochs_run.tolist() == [2, 2]
     assert trials.loc["none", "speedup_vs_fp32"] == 1.0
     assert trials.loc["qsgd", "speedup_vs_fp32"] > 0
