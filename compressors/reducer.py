@@ -77,8 +77,10 @@ class Reducer:
     def _average(self, tensors: list[torch.Tensor], keys: list[int]) -> StepStats:
         if self.codec is None:
             raise ValueError("powersgd runs as a DDP hook: use Reducer.register(ddp_model)")
-        small = [t for t in tensors if t.numel() < self.min_compress_numel]
-        large = [(k, t) for k, t in zip(keys, tensors) if t.numel() >= self.min_compress_numel]
+        # fp32 over allreduce has nothing to compress: every tensor joins the one fused fp32 all_reduce.
+        fused = self.compressor == "none" and self.algorithm == "allreduce"
+        small = [t for t in tensors if fused or t.numel() < self.min_compress_numel]
+        large = [(k, t) for k, t in zip(keys, tensors) if not fused and t.numel() >= self.min_compress_numel]
         stats = collectives.allreduce_native(small, torch.float32, self.group)
         large_keys = [k for k, _ in large]
         large_tensors = [t for _, t in large]
