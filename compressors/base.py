@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from . import wire
+from . import registry, wire
 from .params import SEED, Param, resolve
 
 
@@ -19,16 +19,34 @@ def _as_f32(value: float) -> float:
 class Compressor(ABC):
     """Base of every compressor.
 
-    Subclasses declare ``name`` and ``params`` and implement ``_sections``
-    (body layout for a shape), ``_encode_body`` and ``_decode_body``.
+    A concrete subclass declares ``name`` and ``wire_id`` in its own class
+    body (which registers it: see ``compressors.registry``), ``params`` (each
+    with a one-line ``doc``) and ``examples``, and implements ``_body_nbytes``,
+    ``_encode_body`` and ``_decode_body`` (and ``_header_params`` if it has
+    parameters that change the layout).  A class without ``name`` of its own
+    (a shared intermediate base) does not register.
     ``encode`` takes ``step``, ``rank`` and ``stream`` (a tensor id) so that
     stochastic methods draw reproducible random numbers; the others ignore them.
     """
 
     name: ClassVar[str]
+    # The header's compressor id, 1..255, unique; never reuse one a released payload format used.
+    wire_id: ClassVar[int]
     params: ClassVar[tuple[Param, ...]] = ()
+    # Parameter sets the contract tests run this compressor with (each is checked at registration).
+    examples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
     # Biased methods (sparse, 1-bit) only converge with residual memory.
     needs_error_feedback: ClassVar[bool] = False
+    # The body holds indices (checked by decode): not every body of the right length is valid.
+    sparse: ClassVar[bool] = False
+    # Set when the body is the tensor cast to this dtype: the method can then travel through a
+    # native all_reduce of the cast tensor (``compressors.CASTS``).
+    cast_dtype: ClassVar[torch.dtype | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            registry.register(cls)
 
     def __init__(self, **params: Any) -> None:
         self.config = resolve(self.name, self.params + (SEED,), params)

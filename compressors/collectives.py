@@ -8,7 +8,6 @@ All tensors of one call travel in one collective per phase.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -16,24 +15,7 @@ import torch.distributed as dist
 from . import accounting, wire
 from .base import Compressor
 from .feedback import ErrorFeedback
-
-
-@dataclass
-class StepStats:
-    """What one averaging cost this rank (``numel``: elements averaged)."""
-    bytes_sent: float = 0.0
-    encode_s: float = 0.0
-    comm_s: float = 0.0
-    decode_s: float = 0.0
-    numel: int = 0
-
-    def __iadd__(self, other: "StepStats") -> "StepStats":
-        self.bytes_sent += other.bytes_sent
-        self.encode_s += other.encode_s
-        self.comm_s += other.comm_s
-        self.decode_s += other.decode_s
-        self.numel += other.numel
-        return self
+from .stats import StepStats
 
 
 class _Phases:
@@ -68,6 +50,7 @@ def _gather_into(out: torch.Tensor, mine: torch.Tensor, world: int, group: dist.
 
 
 def world_of(group: dist.ProcessGroup | None) -> tuple[int, int]:
+    """(rank, world size) in ``group``; (0, 1) without an initialised process group."""
     if not dist.is_available() or not dist.is_initialized():
         return 0, 1
     return dist.get_rank(group), dist.get_world_size(group)

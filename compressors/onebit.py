@@ -20,6 +20,7 @@ from .base import Compressor, numel
 
 class OneBit(Compressor):
     name = "onebit"
+    wire_id = 7
     needs_error_feedback = True
 
     def _body_nbytes(self, shape):

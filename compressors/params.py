@@ -1,44 +1,129 @@
-"""Declared, validated compressor parameters."""
+"""Declared, validated parameters: the one vocabulary for every setting of the project.
+
+Compressors declare their parameters with ``Param``; so do the workloads' builders
+and the orchestrator's settings schema, which composes them all. A ``Param`` knows
+its name, type, default, valid range or choices and a one-line doc, checks a value
+(NaN is never valid: it passes no comparison) and describes its valid range.
+"""
 from __future__ import annotations
 
 import difflib
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+# ``kind`` values beyond Python types: a list of positive ints (an input shape).
+SHAPE = "shape"
 
 
 @dataclass(frozen=True)
 class Param:
     name: str
     default: Any
-    kind: type
+    kind: type | str
     low: float | None = None
     high: float | None = None
     low_open: bool = False  # True: the valid range excludes ``low``
     choices: tuple | None = None
+    nullable: bool = False  # None is valid and means "the owner's own default"
+    doc: str = ""
 
     def describe(self) -> str:
+        """The valid values, as an error message or a table cell states them."""
         if self.choices is not None:
-            return f"one of {list(self.choices)}"
-        lo = "(" if self.low_open else "["
-        hi = "]" if self.high is not None else ")"
-        return f"a {self.kind.__name__} in {lo}{self.low}, {self.high if self.high is not None else 'inf'}{hi}"
+            text = f"one of {list(self.choices)}"
+        elif self.kind == SHAPE:
+            text = "a list of positive integers"
+        elif self.kind is bool:
+            text = "true or false"
+        elif self.kind is str:
+            text = "a non-empty string"
+        elif self.kind is dict:
+            text = "a mapping"
+        else:
+            lo = "(" if self.low_open else "["
+            low = self.low if self.low is not None else "-inf"
+            high = f"{self.high}]" if self.high is not None else "inf)"
+            kind = self.kind.__name__
+            text = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} in {lo}{low}, {high}"
+        return text + (" or null" if self.nullable else "")
 
-    def check(self, owner: str, value: Any) -> Any:
-        bad = ValueError(f"{owner}: {self.name}={value!r} is invalid; valid: {self.describe()}")
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` (None if it is valid)."""
+        if value is None:
+            return None if self.nullable else f"must be {self.describe()}"
+        bad = f"must be {self.describe()}"
+        if self.kind == SHAPE:
+            ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+            return None if ok else bad
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if not isinstance(value, self.kind) or isinstance(value, bool) and self.kind is not bool:
-            raise bad
+        if not isinstance(value, self.kind) or (isinstance(value, bool) and self.kind is not bool):
+            return bad
+        if self.kind is str and not value:
+            return bad
+        if isinstance(value, float) and math.isnan(value):
+            return bad
         if self.choices is not None and value not in self.choices:
-            raise bad
+            return bad
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            raise bad
+            return bad
         if self.high is not None and value > self.high:
-            raise bad
+            return bad
+        return None
+
+    def check(self, owner: str, value: Any) -> Any:
+        """``value`` in its canonical type (an int given for a float becomes a float), or ValueError."""
+        problem = self.problem(value)
+        if problem:
+            raise ValueError(f"{owner}: {self.name}={_short(value)} is invalid; valid: {self.describe()}")
+        if value is None:
+            return None
+        if self.kind is float:
+            return float(value)
+        if self.kind == SHAPE:
+            return list(value)
         return value
 
 
-SEED = Param("seed", 0, int, low=0, high=2**32 - 1)
+def _pieces(value: Any, depth: int = 0) -> Iterator[str]:
+    if depth > 16:
+        yield "..."
+    elif isinstance(value, dict):
+        yield "{"
+        for i, (key, item) in enumerate(value.items()):
+            yield ", " if i else ""
+            yield from _pieces(key, depth + 1)
+            yield ": "
+            yield from _pieces(item, depth + 1)
+        yield "}"
+    elif isinstance(value, (list, tuple)):
+        yield "["
+        for i, item in enumerate(value):
+            yield ", " if i else ""
+            yield from _pieces(item, depth + 1)
+        yield "]"
+    else:
+        yield repr(value)[:1000]
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """A repr of at most ``limit`` characters, built lazily: a value of shared, nested
+    parts (a YAML alias bomb) costs no more than its first ``limit`` characters."""
+    text = ""
+    for piece in _pieces(value):
+        text += piece
+        if len(text) > limit:
+            return text[:limit - 3] + "..."
+    return text
+
+
+_short = short_repr
+
+
+SEED = Param("seed", 0, int, low=0, high=2**32 - 1, doc="seed of every random choice (data order, init, rounding)")
 
 
 def resolve(owner: str, declared: tuple[Param, ...], given: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +131,8 @@ def resolve(owner: str, declared: tuple[Param, ...], given: dict[str, Any]) -> d
     by_name = {p.name: p for p in declared}
     for key in given:
         if key not in by_name:
-            hint = difflib.get_close_matches(key, by_name, n=1)
+            hint = difflib.get_close_matches(str(key), by_name, n=1)
             suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise ValueError(f"{owner}: unknown parameter {key!r}{suggestion}; valid: {sorted(by_name)}")
+            valid = f"valid: {sorted(by_name)}" if by_name else "it takes no parameters"
+            raise ValueError(f"{owner}: unknown parameter {_short(key)}{suggestion}; {valid}")
     return {p.name: p.check(owner, given.get(p.name, p.default)) for p in declared}

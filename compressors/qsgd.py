@@ -7,6 +7,8 @@ level of ``r = |x| / norm * s`` is ``floor(r) + (u < r - floor(r))`` with
 ``E[decode] = x``.  Code = ``sign << (bits-1) | level``, packed little-endian.
 
 Body: ``ceil(n / bucket)`` float32 norms, then ``ceil(n * bits / 8)`` bytes.
+Cost grows with n, not with ``bucket`` (any bucket in [1, 2**31 - 1]: a bucket
+longer than the tensor is the whole tensor).
 """
 from __future__ import annotations
 
@@ -22,11 +24,14 @@ NORMS = ("max", "l2")
 
 class QSGD(Compressor):
     name = "qsgd"
+    wire_id = 6
     params = (
-        Param("bits", 4, int, low=2, high=8),
-        Param("bucket", 512, int, low=1, high=2**31 - 1),
-        Param("norm", "max", str, choices=NORMS),
+        Param("bits", 4, int, low=2, high=8, doc="bits per entry, sign included: 2**(bits-1) - 1 levels a side"),
+        Param("bucket", 512, int, low=1, high=2**31 - 1, doc="entries that share one norm"),
+        Param("norm", "max", str, choices=NORMS, doc="what scales a bucket: its absolute maximum or its l2 norm"),
     )
+    examples = ({}, *({"bits": b} for b in (2, 3, 5, 6, 7, 8)), {"bits": 3, "bucket": 7, "norm": "l2"},
+                {"bits": 2, "bucket": 5}, {"bits": 8, "norm": "l2"}, {"bucket": 1})
 
     @property
     def levels(self) -> int:
@@ -61,11 +66,17 @@ class QSGD(Compressor):
             packed[at:at + piece_bytes.numel()] = piece_bytes
         return [norms, packed]
 
+    def _width(self, n: int) -> int:
+        """Row length of a piece's bucket matrix: a lone bucket is as long as its entries, so the
+        cost follows the tensor, never ``bucket`` (padding is then shorter than the piece)."""
+        return self.bucket if n > self.bucket else max(n, 1)
+
     def _encode_piece(self, x: torch.Tensor, key: int, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         n = x.numel()
         nb = self._nbuckets(n)
-        pad = nb * self.bucket - n
-        buckets = torch.nn.functional.pad(x, (0, pad)).view(nb, self.bucket)
+        width = self._width(n)
+        pad = nb * width - n
+        buckets = torch.nn.functional.pad(x, (0, pad)).view(nb, width)
         mag = buckets.abs()
         if self.norm == "max":
             norms = mag.amax(dim=1)
@@ -77,7 +88,7 @@ class QSGD(Compressor):
         r = torch.nan_to_num_(mag / norms[:, None] * s, nan=0.0).clamp_(0, s)
         floor = torch.floor(r)
         u = rng.uniform(key, n, x.device, start=start)
-        u = torch.nn.functional.pad(u, (0, pad), value=1.0).view(nb, self.bucket)
+        u = torch.nn.functional.pad(u, (0, pad), value=1.0).view(nb, width)
         level = (floor + (u < r - floor)).clamp_(max=s).to(torch.uint8)
         codes = level | ((buckets < 0).to(torch.uint8) << (self.bits - 1))
         return norms, bitpack.pack(codes.reshape(-1)[:n], self.bits)
@@ -95,8 +106,8 @@ class QSGD(Compressor):
             codes = bitpack.unpack(data[at:at + bitpack.packed_nbytes(b - a, self.bits)], self.bits, b - a)
             level = (codes & (sign_bit - 1)).to(torch.float32)
             value = torch.where(codes >= sign_bit, -level, level)
-            first, count = a // self.bucket, -(-(b - a) // self.bucket)
-            pad = count * self.bucket - (b - a)
-            value = torch.nn.functional.pad(value, (0, pad)).view(count, self.bucket)
+            first, count, width = a // self.bucket, -(-(b - a) // self.bucket), self._width(b - a)
+            pad = count * width - (b - a)
+            value = torch.nn.functional.pad(value, (0, pad)).view(count, width)
             out[a:b] = (value * scales[first:first + count, None]).reshape(-1)[:b - a]
         return out

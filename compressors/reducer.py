@@ -1,130 +1,128 @@
-"""``Reducer``: one compressor + one algorithm + residual memory, for lists of gradients or DDP."""
+"""``Reducer``: one compressor + one algorithm + residual memory, averaging lists of tensors.
+
+It knows nothing of DDP: ``compressors.ddp`` adapts it to DDP's communication hooks.
+"""
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from . import collectives
-from .collectives import StepStats
 from .feedback import ErrorFeedback
-from .registry import NATIVE, check_params, get
-
-ALGORITHMS = ("allreduce", "allgather", "sra")
-
-
-def algorithms(compressor: str) -> tuple[str, ...]:
-    """The algorithms ``compressor`` can average with (powersgd: its own hook)."""
-    if compressor == "powersgd":
-        return ("powersgd",)
-    return ALGORITHMS if compressor in NATIVE else ALGORITHMS[1:]
-
-
-def default_algorithm(compressor: str) -> str:
-    """allreduce for the native baselines, sra for compressed methods, powersgd for itself."""
-    return algorithms(compressor)[0] if compressor in NATIVE or compressor == "powersgd" else "sra"
-
-
-_WIRE_DTYPES = {"none": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+from .registry import algorithms, check_params, default_algorithm, get
+from .stats import StepLedger, StepStats
 
 
 class Reducer:
-    """Averages gradients across ``group`` with ``compressor`` over ``algorithm``.
+    """Averages tensors across ``group`` with ``compressor`` over ``algorithm``.
 
-    ``algorithm`` defaults to ``allreduce`` for the native baselines (none,
-    fp16, bf16) and ``sra`` for the compressed methods; ``powersgd`` is
-    PyTorch's hook and only works through ``register``.  Tensors with fewer
-    than ``min_compress_numel`` elements travel in one fused fp32 all_reduce.
+    ``algorithm`` defaults to ``allreduce`` for the casts (fp32, fp16, bf16)
+    and ``sra`` for the compressed methods.  Tensors with fewer than
+    ``min_compress_numel`` elements travel in one fused fp32 all_reduce.
     ``error_feedback`` defaults to what the method needs (onebit, adaptive,
-    topk) and may be switched on for the others.  Statistics: ``history``
-    holds one ``StepStats`` per finished step.
+    topk) and may be switched on for the others.
+
+    A training step may average its tensors in several calls (DDP's buckets):
+    ``reduce`` each part, then ``end_step``; ``average`` does both for one call.
+    ``history`` holds one ``StepStats`` per finished step, ``step`` counts them
+    (it drives the stochastic rounding and survives ``state_dict``).
     """
 
-    def __init__(self, compressor: str = "none", algorithm: str | None = None, *,
+    def __init__(self, compressor: str = "fp32", algorithm: str | None = None, *,
                  min_compress_numel: int = 1024, group: dist.ProcessGroup | None = None,
                  error_feedback: bool | None = None, **params: Any) -> None:
         self.compressor = compressor
+        self.codec = get(compressor, **params)  # unknown names and bad parameters raise here
         self.params = check_params(compressor, **params)
         algorithm = algorithm or default_algorithm(compressor)
         valid = algorithms(compressor)
         if algorithm not in valid:
             raise ValueError(f"algorithm {algorithm!r} is invalid for {compressor!r}; valid: {list(valid)}")
         if min_compress_numel < 0:
-            raise ValueError(f"min_compress_numel={min_compress_numel} is invalid; valid: an int >= 0")
+            raise ValueError(f"min_compress_numel={min_compress_numel!r} is invalid; valid: an int >= 0")
         self.algorithm = algorithm
         self.min_compress_numel = min_compress_numel
         self.group = group
-        self.codec = None if compressor == "powersgd" else get(compressor, **self.params)
         if error_feedback is None:
-            error_feedback = bool(self.codec is not None and self.codec.needs_error_feedback)
-        self.ef = ErrorFeedback() if error_feedback and self.codec is not None else None
+            error_feedback = self.codec.needs_error_feedback
+        self.ef = ErrorFeedback() if error_feedback else None
         self.server_ef = ErrorFeedback() if self.ef is not None and algorithm == "sra" else None
-        self.step = 0
-        self.history: list[StepStats] = []
-        self._current = StepStats()
-        self._hook_state: Any = None  # PowerSGDState when registered with powersgd
+        self._ledger = StepLedger()
 
     def __repr__(self) -> str:
         return f"Reducer({self.compressor!r}, algorithm={self.algorithm!r}, {self.params})"
 
-    def average(self, tensors: list[torch.Tensor], keys: list[int] | None = None) -> StepStats:
-        """Average ``tensors`` across the group in place; one call is one step."""
-        stats = self._average(tensors, keys if keys is not None else list(range(len(tensors))))
-        self.end_step()
-        return stats
+    @property
+    def history(self) -> list[StepStats]:
+        """One ``StepStats`` per finished step."""
+        return self._ledger.history
 
-    def _average(self, tensors: list[torch.Tensor], keys: list[int]) -> StepStats:
-        if self.codec is None:
-            raise ValueError("powersgd runs as a DDP hook: use Reducer.register(ddp_model)")
+    @property
+    def step(self) -> int:
+        """Finished steps."""
+        return self._ledger.step
+
+    @property
+    def current(self) -> StepStats:
+        """What the step in progress has cost so far."""
+        return self._ledger.current
+
+    def reduce(self, tensors: list[torch.Tensor], keys: list[Hashable]) -> StepStats:
+        """Average ``tensors`` across the group in place, as part of the step in progress.
+
+        ``keys`` name the tensors (e.g. parameter indices), the same on every
+        rank and at every step: residuals are kept per key, and a key picks
+        its tensor's random stream.  Returns what this call cost (also added
+        to the step's ``StepStats``); the step stays open.
+        """
+        if len(keys) != len(tensors):
+            raise ValueError(f"{len(tensors)} tensors but {len(keys)} keys")
         # fp32 over allreduce has nothing to compress: every tensor joins the one fused fp32 all_reduce.
-        fused = self.compressor == "none" and self.algorithm == "allreduce"
+        fused = self.codec.cast_dtype == torch.float32 and self.algorithm == "allreduce"
         small = [t for t in tensors if fused or t.numel() < self.min_compress_numel]
         large = [(k, t) for k, t in zip(keys, tensors) if not fused and t.numel() >= self.min_compress_numel]
         stats = collectives.allreduce_native(small, torch.float32, self.group)
         large_keys = [k for k, _ in large]
         large_tensors = [t for _, t in large]
+        step = self._ledger.step
         if self.algorithm == "allreduce":
-            stats += collectives.allreduce_native(large_tensors, _WIRE_DTYPES[self.compressor], self.group)
+            stats += collectives.allreduce_native(large_tensors, self.codec.cast_dtype, self.group)
         elif self.algorithm == "allgather":
-            stats += collectives.allgather_compressed(large_tensors, large_keys, self.codec, self.ef,
-                                                      self.step, self.group)
+            stats += collectives.allgather_compressed(large_tensors, large_keys, self.codec, self.ef, step, self.group)
         else:
-            stats += collectives.sra_compressed(large_tensors, large_keys, self.codec, self.ef,
-                                                self.server_ef, self.step, self.group)
-        self._current += stats
+            stats += collectives.sra_compressed(large_tensors, large_keys, self.codec, self.ef, self.server_ef,
+                                                step, self.group)
+        self._ledger.add(stats)
         return stats
 
-    def end_step(self) -> None:
-        self.history.append(self._current)
-        self._current = StepStats()
-        self.step += 1
+    def end_step(self) -> StepStats:
+        """Close the step in progress; returns its ``StepStats`` (also appended to ``history``)."""
+        return self._ledger.end_step()
 
-    def register(self, model: torch.nn.parallel.DistributedDataParallel) -> None:
-        """Attach as ``model``'s DDP communication hook."""
-        from .hook import register
-        register(self, model)
+    def average(self, tensors: list[torch.Tensor], keys: list[Hashable] | None = None) -> StepStats:
+        """``reduce`` then ``end_step``: one call is one step (keys default to 0, 1, ...)."""
+        self.reduce(tensors, keys if keys is not None else list(range(len(tensors))))
+        return self.end_step()
 
-    def state_dict(self) -> dict:
-        state: dict[str, Any] = {"compressor": self.compressor, "algorithm": self.algorithm, "step": self.step}
+    def state_dict(self) -> dict[str, Any]:
+        """Residuals (worker and server side) and the step counter, on the CPU."""
+        state: dict[str, Any] = {"compressor": self.compressor, "algorithm": self.algorithm,
+                                 "step": self._ledger.step}
         if self.ef is not None:
             state["ef"] = self.ef.state_dict()
         if self.server_ef is not None:
             state["server_ef"] = self.server_ef.state_dict()
-        if self._hook_state is not None:
-            state["powersgd"] = self._hook_state.__getstate__()
         return state
 
-    def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
+    def load_state_dict(self, state: dict[str, Any], device: torch.device | str = "cpu") -> None:
         if (state["compressor"], state["algorithm"]) != (self.compressor, self.algorithm):
             raise ValueError(f"state of {state['compressor']}/{state['algorithm']} cannot be loaded into "
                              f"{self.compressor}/{self.algorithm}")
-        self.step = state["step"]
+        self._ledger.step = state["step"]
         if self.ef is not None:
             self.ef.load_state_dict(state["ef"], device)
         if self.server_ef is not None:
             self.server_ef.load_state_dict(state["server_ef"], device)
-        if "powersgd" in state and self._hook_state is not None:
-            group = self._hook_state.process_group
-            self._hook_state.__setstate__(state["powersgd"])
-            self._hook_state.process_group = group

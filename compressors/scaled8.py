@@ -13,7 +13,7 @@ from . import chunks, dynamic_tree, wire
 from .base import Compressor, numel
 from .params import Param
 
-BLOCK = Param("block", 0, int, low=0, high=2**31 - 1)
+BLOCK = Param("block", 0, int, low=0, high=2**31 - 1, doc="entries that share one absolute maximum (0: the whole tensor)")
 
 
 class _AbsmaxScaled(Compressor):
@@ -76,6 +76,8 @@ class _AbsmaxScaled(Compressor):
 class Dynamic8(_AbsmaxScaled):
     """Dettmers' 8-bit dynamic tree type (see ``dynamic_tree``)."""
     name = "dynamic8"
+    wire_id = 4
+    examples = ({}, {"block": 1}, {"block": 7}, {"block": 64})
 
     def _quantize(self, blocks, m):
         table = dynamic_tree.tables(blocks.device)
@@ -91,10 +93,15 @@ class Dynamic8(_AbsmaxScaled):
 class Linear8(_AbsmaxScaled):
     """255 uniform levels over [-max, max]: code = rint(x / max * 127) + 127."""
     name = "linear8"
+    wire_id = 5
+    examples = ({}, {"block": 4}, {"block": 5}, {"block": 256})
 
     def _quantize(self, blocks, m):
         q = torch.nan_to_num_(torch.round(torch.where(m > 0, blocks / m * 127.0, 0.0)), nan=0.0).clamp_(-127, 127)
         return (q + 127).to(torch.uint8)
 
     def _dequantize(self, codes):
+        # The encoder emits 0..254; 255 can only come from a corrupted or foreign payload.
+        if bool((codes == 255).any()):
+            raise wire.PayloadError("linear8: code 255 in payload; valid codes are 0..254")
         return (codes.to(torch.float32) - 127.0) * (1.0 / 127.0)

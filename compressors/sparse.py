@@ -16,7 +16,9 @@ from . import wire
 from .base import Compressor, numel
 from .params import Param
 
-PI = Param("pi", 0.01, float, low=0.0, high=1.0, low_open=True)
+PI = Param("pi", 0.01, float, low=0.0, high=1.0, low_open=True,
+           doc="share of the entries sent, those of largest magnitude (k = ceil(pi * n))")
+PI_EXAMPLES = ({}, {"pi": 0.1}, {"pi": 0.25}, {"pi": 0.37}, {"pi": 1.0})
 # Entries of a column of at most this length pack (index << 1 | sign) in 16 bits.
 SHORT_COLUMN = 32767
 
@@ -48,8 +50,11 @@ def select_largest(v: torch.Tensor, k: int) -> torch.Tensor:
 class TopK(Compressor):
     """(index, value) pairs.  Body: ``k`` float32 values, ``k`` int32 indices (``8 k`` bytes)."""
     name = "topk"
+    wire_id = 9
     params = (PI,)
+    examples = PI_EXAMPLES
     needs_error_feedback = True
+    sparse = True
 
     def _header_params(self, shape):
         return (count_sent(self.pi, numel(shape)), 0, 0, self.pi)
@@ -84,8 +89,11 @@ class Adaptive(Compressor):
     ``4 + 12 rows + k * (2 or 4)`` bytes.
     """
     name = "adaptive"
+    wire_id = 8
     params = (PI,)
+    examples = PI_EXAMPLES
     needs_error_feedback = True
+    sparse = True
 
     def _entry_bytes(self, shape) -> int:
         return 2 if wire.matrix_shape(shape)[1] <= SHORT_COLUMN else 4

@@ -5,7 +5,7 @@ body.  The header (little-endian) is::
 
     magic    4s   b"LPGC"
     version  u8   FORMAT_VERSION
-    codec    u8   compressor id (``CODEC_IDS``)
+    codec    u8   compressor id (the class's ``wire_id``, see ``registry``)
     dtype    u8   dtype of the encoded tensor (``DTYPE_CODES``)
     ndim     u8   0..MAX_NDIM
     p0,p1,p2 u32  compressor parameters (meaning per compressor)
@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import registry
+
 MAGIC = b"LPGC"
 FORMAT_VERSION = 1
 MAX_NDIM = 8
@@ -34,10 +36,6 @@ MAX_NUMEL = 2**31 - 1
 _FIXED = struct.Struct("<4sBBBBIIIfQQ")
 HEADER_FIXED_NBYTES = _FIXED.size  # 40
 
-CODEC_IDS = {
-    "none": 1, "fp16": 2, "bf16": 3, "dynamic8": 4, "linear8": 5,
-    "qsgd": 6, "onebit": 7, "adaptive": 8, "topk": 9,
-}
 DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3}
 _DTYPES = {v: k for k, v in DTYPE_CODES.items()}
 
@@ -75,7 +73,7 @@ def encode_header(codec: str, dtype: torch.dtype, shape: tuple[int, ...],
     if numel > MAX_NUMEL:
         raise ValueError(f"tensors of at most {MAX_NUMEL} elements can be encoded, got {numel}")
     p0, p1, p2, p3 = params
-    fixed = _FIXED.pack(MAGIC, FORMAT_VERSION, CODEC_IDS[codec], DTYPE_CODES[dtype], len(shape),
+    fixed = _FIXED.pack(MAGIC, FORMAT_VERSION, registry.wire_id_of(codec), DTYPE_CODES[dtype], len(shape),
                         p0, p1, p2, p3, numel, body_nbytes)
     return fixed + struct.pack(f"<{len(shape)}Q", *shape)
 
@@ -93,7 +91,7 @@ def read_header(payload: torch.Tensor) -> Header:
         raise PayloadError(f"not a compressor payload: magic {magic!r}, expected {MAGIC!r}")
     if version != FORMAT_VERSION:
         raise PayloadError(f"payload format version {version}, this decoder reads version {FORMAT_VERSION}")
-    codec = next((name for name, i in CODEC_IDS.items() if i == codec_id), None)
+    codec = registry.name_of_wire_id(codec_id)
     if codec is None:
         raise PayloadError(f"unknown compressor id {codec_id} in payload")
     if dtype_code not in _DTYPES:

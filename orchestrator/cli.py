@@ -1,11 +1,14 @@
 """Command line: ``lowprec`` / ``python -m orchestrator``.
 
     validate SWEEP.yaml            check the file, print the trials it expands to (no Ray)
-    run SWEEP.yaml [--address ADDR] [--results DIR] [--resume] [--dry-run]
-                   [--max-concurrent-trials N]
+    run SWEEP.yaml [--address ADDR] [--results RESULTS] [--resume] [--dry_run]
+                   [--max_concurrent_trials N]
                                    run the sweep on a local Ray, or join ADDR (or RAY_ADDRESS,
-                                   as under `ray job submit`); results go to DIR/<sweep name>
-    export RESULTS_DIR             rebuild tables and plots from the per-trial records
+                                   as under `ray job submit`); RESULTS: the sweep's results
+                                   folder, default results/<sweep name>
+    export RESULTS                 rebuild tables and plots from the per-trial records
+
+Flags are spelled as the settings they set, with underscores.
 
 Exit status: 0 done (failed trials are results too), 1 interrupted or a runtime
 error, 2 a bad sweep file or usage.
@@ -18,24 +21,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, compressor_params, load_sweep
+from .config import ConfigError, load_sweep
 
 
 def format_trials(trials: list[dict[str, Any]]) -> str:
-    """The expanded trials as a fixed-width table: the settings that tell them apart."""
+    """The expanded trials as a fixed-width table: number, trial_id and name (its label)."""
     if not trials:
         return "(no trials)"
-    keys = [k for k in trials[0] if k not in ("name", "trial_id")]
-    varying = [k for k in keys if len({repr(t[k]) for t in trials}) > 1 and k not in compressor_params()]
-    header = ["#", "trial_id", "name", "compressor", "params", *[k for k in varying if k != "compressor"]]
-    rows = []
-    for i, trial in enumerate(trials, 1):
-        params = " ".join(f"{p}={trial[p]}" for p in compressor_params() if trial.get(p) is not None)
-        rows.append([str(i), trial["trial_id"], trial["name"], trial["compressor"], params or "-",
-                     *[str(trial[k]) for k in varying if k != "compressor"]])
-    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
-                     for row in [header, *rows])
+    rows = [["#", "trial_id", "name"]] + [[str(i), t["trial_id"], t["name"]] for i, t in enumerate(trials, 1)]
+    widths = [max(len(r[c]) for r in rows) for c in range(3)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,11 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a sweep on Ray")
     run.add_argument("sweep", type=Path)
     run.add_argument("--address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
-    run.add_argument("--results", type=Path, default=Path("results"),
-                     help="parent folder of the results (default: results); absolute under `ray job submit`")
+    run.add_argument("--results", type=Path, default=None,
+                     help="the sweep's results folder (default: results/<sweep name>); absolute under "
+                          "`ray job submit`")
     run.add_argument("--resume", action="store_true", help="run only the trials without a record")
-    run.add_argument("--dry-run", action="store_true", help="list the trials, start nothing")
-    run.add_argument("--max-concurrent-trials", type=int, metavar="N",
+    run.add_argument("--dry_run", action="store_true", help="list the trials, start nothing")
+    run.add_argument("--max_concurrent_trials", type=int, metavar="N",
                      help="trials at the same time (default: the sweep's max_concurrent_trials)")
     export = commands.add_parser("export", help="rebuild tables and plots of a results folder")
     export.add_argument("results", type=Path)
@@ -69,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             print(path)
         return 0
     if getattr(args, "max_concurrent_trials", None) is not None and args.max_concurrent_trials < 1:
-        print("error: --max-concurrent-trials must be >= 1", file=sys.stderr)
+        print("error: --max_concurrent_trials must be >= 1", file=sys.stderr)
         return 2
     try:
         sweep = load_sweep(args.sweep)
@@ -84,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     from .sweep import ResultsExist, run_sweep
 
     try:
-        results, unfinished = run_sweep(sweep, args.results, address=args.address, resume=args.resume,
+        results, unfinished = run_sweep(sweep, args.results or Path("results") / sweep.name,
+                                        address=args.address, resume=args.resume,
                                         max_concurrent_trials=args.max_concurrent_trials)
     except ResultsExist as error:
         print(f"error: {error}", file=sys.stderr)

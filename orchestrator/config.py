@@ -1,63 +1,57 @@
 """Sweep files: load a YAML study, validate every key, expand it into trials.
 
 A sweep file has these top-level keys (``name``, ``workload`` and a
-``target_accuracy`` required)::
+``target_accuracy`` required); every key is declared in ``orchestrator.settings``::
 
     name: quickstart            # letters, digits, '-', '_', '.'; names the results folder
-    workload: {...}             # flat training-loop settings: WORKLOAD_OPTIONS
-    cluster: {...}              # CLUSTER_OPTIONS: use_gpu, backend, cpus_per_worker, ...
-    baselines: true             # add fp32 ('none') and fp16 to the compressors unless false
+    workload: {...}             # training-loop settings: settings.WORKLOAD
+    cluster: {...}              # settings.CLUSTER: use_gpu, backend, cpus_per_worker, ...
+    baselines: true             # add fp32 and fp16 to the compressors unless false
     max_concurrent_trials: 1    # trials that run at the same time (timing studies: 1)
     sweep:                      # grid axes; a scalar is a one-value axis
       num_workers: [1, 2]
       seed: [0, 1]
-      lr: [0.05, 0.1]           # any workload option may be an axis instead of a setting
+      lr: [0.05, 0.1]           # any workload setting may be an axis instead
       algorithm: [sra, allgather]   # used by the compressors that support it, others keep theirs
       compressor:
-        - none                  # a name, or a mapping with 'name' plus value lists that are
-        - {name: qsgd, bits: [2, 4], bucket: 512}   # crossed within this entry only: its
-                                                    # parameters, 'algorithm', and workload
-                                                    # options overriding the others for it
+        - fp32                  # a name, or a mapping with 'name' plus value lists that are
+        - {name: qsgd, bits: [2, 4], bucket: 512}   # crossed within this entry only: the
+        - {name: onebit, workload: {lr: [0.01]}}    # compressor's parameters, 'algorithm',
+                                                    # and 'workload' settings for it alone
 
 Every problem is a ConfigError ``FILE:LINE: message`` naming the key, raised
-before Ray is started (this module never imports Ray). The valid names come
-from the ``compressors`` and ``workloads`` packages, so a sweep file cannot name
-anything the training loop would reject later.
+before Ray is started (this module never imports Ray).
 
-A trial is a flat dict: ``name`` (readable: sweep, compressor, the parameters
-written in its entry, the axes that vary, ``w<num_workers>``, ``s<seed>``),
+A trial is a flat dict: ``name`` (its label, orchestrator.labels: compressor,
+the parameters written in its entry, the axes that vary, num_workers, seed),
 ``trial_id`` (a hash of the settings, stable across runs so ``--resume``
-recognises finished trials) and every training-loop setting, in the order
-compressor, its parameters (None where the compressor has no such parameter),
-algorithm, num_workers, seed, use_gpu, backend, then the workload options.
+recognises finished trials) and every setting of ``settings.TRIAL_KEYS``;
+``compressor_params`` is a dict of the compressor's own parameters (its
+defaults filled), a namespace apart from the workload's settings.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
 import hashlib
 import itertools
 import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = [
-    "CLUSTER_OPTIONS",
-    "ConfigError",
-    "Sweep",
-    "WORKLOAD_OPTIONS",
-    "compressor_params",
-    "load_sweep",
-    "settings_of",
-]
+from compressors.params import Param, short_repr
+
+from . import settings as schema
+from .labels import config_label
+
+__all__ = ["ConfigError", "Sweep", "load_sweep", "settings_of", "trial_id_of"]
 
 
 class ConfigError(ValueError):
@@ -92,13 +86,21 @@ class _Sequence(list):
 
 class _LineLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> _Mapping:
-        self.flatten_mapping(node)  # merge keys ('<<'), as SafeLoader does
+        own = sum(key.tag != "tag:yaml.org,2002:merge" for key, _ in node.value)
+        self.flatten_mapping(node)  # merge keys ('<<'): their pairs now come first
+        merged = len(node.value) - own
         mapping = _Mapping(line=node.start_mark.line + 1)
-        for key_node, value_node in node.value:
+        written: set[Any] = set()  # keys written in this mapping itself (they override merged ones)
+        for i, (key_node, value_node) in enumerate(node.value):
+            line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise ConfigError(self.name, line, "a key must be a plain name, not a list or mapping")
             key = self.construct_object(key_node, deep=True)
-            if key in mapping.lines:
-                raise ConfigError(self.name, key_node.start_mark.line + 1, f"duplicate key {key!r}")
-            mapping.lines[key] = key_node.start_mark.line + 1
+            if i >= merged:
+                if key in written:
+                    raise ConfigError(self.name, line, f"duplicate key {short_repr(key)}")
+                written.add(key)
+            mapping.lines[key] = line
             mapping[key] = self.construct_object(value_node, deep=True)
         return mapping
 
@@ -117,183 +119,38 @@ _LineLoader.add_constructor("tag:yaml.org,2002:seq", lambda loader, node: loader
 
 def _read_yaml(path: Path) -> Any:
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as error:
         raise ConfigError(path, 1, f"cannot read sweep file: {error.strerror}") from None
-    loader = _LineLoader(text)
-    loader.name = str(path)
     try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[:error.start].count(b"\n") + 1
+        raise ConfigError(path, line, f"not UTF-8 text: byte {raw[error.start]:#04x} at offset {error.start}") from None
+    loader = None
+    try:
+        loader = _LineLoader(text)  # the reader checks for control characters here
+        loader.name = str(path)
         return loader.get_single_data()
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark is not None else 1
         raise ConfigError(path, line, f"invalid YAML: {error.problem or error}") from None
+    except yaml.reader.ReaderError as error:  # a control character, found before any parsing
+        line = text[:error.position].count("\n") + 1
+        raise ConfigError(path, line, f"invalid YAML: character {error.character!r} is not allowed") from None
+    except RecursionError:
+        raise ConfigError(path, 1, "invalid YAML: nested too deeply") from None
     finally:
-        loader.dispose()
-
-
-# ---------------------------------------------------------------- option schema
-
-Check = Callable[[Any], "str | None"]  # returns what is wrong, or None
-
-
-@dataclass(frozen=True)
-class Option:
-    default: Any
-    check: Check
-    real: bool = False  # a number stored as float, so 1 and 1.0 give the same trial_id
-
-
-def _integer(minimum: int, nullable: bool = False) -> Check:
-    def check(value: Any) -> str | None:
-        if value is None and nullable:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            return f"must be an integer >= {minimum}" + (" or null" if nullable else "")
-        return None if value >= minimum else f"must be >= {minimum}"
-
-    return check
-
-
-def _number(low: float, high: float = math.inf, low_open: bool = False, high_open: bool = True) -> Check:
-    text = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-
-    def check(value: Any) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"must be a number in {text}"
-        too_low = value <= low if low_open else value < low
-        too_high = value >= high if high_open else value > high
-        return f"must be in {text}" if too_low or too_high else None
-
-    return check
-
-
-def _choice(*choices: str) -> Check:
-    return lambda value: None if value in choices else f"must be one of {', '.join(choices)}"
-
-
-def _text(nullable: bool = False) -> Check:
-    def check(value: Any) -> str | None:
-        if value is None and nullable:
-            return None
-        return None if isinstance(value, str) and value else "must be a non-empty string"
-
-    return check
-
-
-def _boolean(value: Any) -> str | None:
-    return None if isinstance(value, bool) else "must be true or false"
-
-
-def _shape(value: Any) -> str | None:
-    if value is None:
-        return None
-    ok = isinstance(value, list) and value and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value
-    )
-    return None if ok else "must be a list of positive integers (e.g. [1, 28, 28]) or null"
-
-
-def _registered(kind: str) -> Check:
-    """A dataset or model name known to the workloads package (imported only when checked)."""
-
-    def check(value: Any) -> str | None:
-        import workloads
-
-        names = workloads.DATASET_NAMES if kind == "dataset" else workloads.MODEL_NAMES
-        return None if value in names else f"must be one of {', '.join(names)}"
-
-    return check
-
-
-def _sweep_name(value: Any) -> str | None:
-    ok = isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", value)
-    return None if ok else "must be a name of letters, digits, '-', '_' or '.'"
-
-
-# The flat training-loop settings (orchestrator.train_loop). None means "the
-# workload's own default": workloads treat a None option as not given.
-WORKLOAD_OPTIONS: dict[str, Option] = {
-    "dataset": Option("mnist", _registered("dataset")),
-    "data_dir": Option(None, _text(nullable=True)),
-    "model": Option("mlp", _registered("model")),
-    "width": Option(None, _integer(1, nullable=True)),
-    "depth": Option(None, _integer(0, nullable=True)),  # mlp: 0 = a linear model
-    "input_shape": Option(None, _shape),
-    "num_classes": Option(None, _integer(2, nullable=True)),
-    "num_samples": Option(None, _integer(1, nullable=True)),
-    "epochs": Option(1, _integer(1)),
-    "batch_size": Option(64, _integer(1)),
-    "optimizer": Option("momentum", _choice("sgd", "momentum", "adam")),
-    "lr": Option(0.05, _number(0, low_open=True), real=True),
-    "momentum": Option(0.9, _number(0, 1), real=True),
-    "weight_decay": Option(0.0, _number(0), real=True),
-    "warmup_epochs": Option(0, _integer(0)),
-    "target_accuracy": Option(None, _number(0, 1, low_open=True, high_open=False), real=True),
-    "max_steps_per_epoch": Option(None, _integer(1, nullable=True)),
-    "min_compress_numel": Option(1024, _integer(0)),
-    # Test hooks the training loop honours: raise at this epoch / inject a NaN at this step.
-    "fail_at_epoch": Option(None, _integer(1, nullable=True)),
-    "force_nan_at_step": Option(None, _integer(0, nullable=True)),
-}
-
-# Settings that are only grid axes ('compressor' aside).
-AXIS_OPTIONS: dict[str, Option] = {
-    "num_workers": Option(1, _integer(1)),
-    "seed": Option(0, _integer(0)),
-    "algorithm": Option(None, _choice("allreduce", "allgather", "sra")),
-}
-
-# Placement of trials; use_gpu and backend are training-loop settings too.
-CLUSTER_OPTIONS: dict[str, Option] = {
-    "use_gpu": Option(False, _boolean),
-    "backend": Option("auto", _choice("auto", "gloo", "nccl")),
-    "cpus_per_worker": Option(1.0, _number(0, low_open=True), real=True),
-    "gpus_per_worker": Option(1.0, _number(0, low_open=True), real=True),
-    "max_failures": Option(0, _integer(-1)),  # Ray Train worker-group retries; -1 = forever
-}
-_TRAIN_CLUSTER_KEYS = ("use_gpu", "backend")
-
-_TOP_LEVEL_OPTIONS: dict[str, Option] = {
-    "name": Option(None, _sweep_name),
-    "workload": Option(None, lambda value: None),  # sections are checked key by key
-    "cluster": Option(None, lambda value: None),
-    "baselines": Option(True, _boolean),
-    "max_concurrent_trials": Option(1, _integer(1)),
-    "sweep": Option(None, lambda value: None),
-}
-
-_BASELINES = ("none", "fp16")
-
-
-def _algorithms(compressor: str) -> tuple[str, ...]:
-    """What a sweep may choose: the baselines stay on their native all_reduce, and
-    powersgd has nothing to choose (its hook is its algorithm)."""
-    import compressors
-
-    if compressor in compressors.NATIVE:
-        return ("allreduce",)
-    if compressor == "powersgd":
-        return ()
-    return compressors.algorithms(compressor)
-
-
-def _default_algorithm(compressor: str) -> str | None:
-    import compressors
-
-    return compressors.default_algorithm(compressor) if _algorithms(compressor) else None
-
-
-@functools.cache
-def compressor_params() -> tuple[str, ...]:
-    """Every compressor parameter name (bits, bucket, ...): each is a setting of every trial."""
-    import compressors
-
-    names = [p for name in compressors.NAMES for p in compressors.check_params(name) if p != "seed"]
-    return tuple(dict.fromkeys(names))
+        if loader is not None:
+            loader.dispose()
 
 
 # ---------------------------------------------------------------- the validated study
+
+_SECTIONS = ("workload", "cluster", "sweep")
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+_ENTRY_KEYS = ("name", "algorithm", "workload")  # the rest of a compressor entry: its parameters
 
 
 @dataclass(frozen=True)
@@ -308,7 +165,7 @@ class Sweep:
 
 
 def settings_of(trial: dict[str, Any]) -> dict[str, Any]:
-    """The training-loop config of a trial: everything but its ``name`` and ``trial_id``."""
+    """The settings of a trial: everything but its ``name`` and ``trial_id``."""
     return {key: value for key, value in trial.items() if key not in ("name", "trial_id")}
 
 
@@ -317,12 +174,19 @@ def trial_id_of(settings: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def training_config(trial: dict[str, Any]) -> dict[str, Any]:
+    """What the training loop takes of a trial (num_workers is the launcher's)."""
+    return {key: trial[key] for key in schema.TRAINING_KEYS}
+
+
 @dataclass
 class _Entry:
     """One compressor entry of the sweep: its value lists and where it was written."""
 
     compressor: str
-    axes: dict[str, list[Any]] = field(default_factory=dict)  # params, 'algorithm', overrides
+    params: dict[str, list[Any]] = field(default_factory=dict)
+    algorithms: list[Any] = field(default_factory=list)
+    workload: dict[str, list[Any]] = field(default_factory=dict)
     where: str = "baselines"
     line: int = 1
 
@@ -340,7 +204,7 @@ class _Checker:
         if value is None:  # an empty section ('cluster:' with nothing under it)
             return _Mapping(line=line)
         if not isinstance(value, _Mapping):
-            raise self.fail(line, f"{where} must be a mapping of keys to values, got {value!r}")
+            raise self.fail(line, f"{where} must be a mapping of keys to values, got {_short(value)}")
         return value
 
     def keys(self, mapping: _Mapping, valid: Iterable[str], where: str,
@@ -350,33 +214,34 @@ class _Checker:
             if key in valid:
                 continue
             if hints and key in hints:
-                raise self.fail(line, f"key {key!r} is not allowed in {where}: {hints[key]}")
+                raise self.fail(line, f"key {_short(key)} is not allowed in {where}: {hints[key]}")
             close = difflib.get_close_matches(str(key), valid, n=1)
             suggestion = f" (did you mean {close[0]!r}?)" if close else f" (valid: {', '.join(valid)})"
-            raise self.fail(line, f"unknown key {key!r} in {where}{suggestion}")
+            raise self.fail(line, f"unknown key {_short(key)} in {where}{suggestion}")
 
-    def value(self, option: Option, value: Any, where: str, line: int) -> Any:
-        problem = option.check(value)
+    def value(self, param: Param, value: Any, where: str, line: int) -> Any:
+        problem = param.problem(value)
         if problem:
-            raise self.fail(line, f"{where} {problem}, got {value!r}")
-        return float(value) if option.real and value is not None else value
+            raise self.fail(line, f"{where} {problem}, got {_short(value)}")
+        return param.check(where, value)
 
-    def section(self, mapping: _Mapping, options: dict[str, Option], where: str,
+    def section(self, mapping: _Mapping, params: Iterable[Param], where: str,
                 hints: dict[str, str] | None = None) -> dict[str, Any]:
-        self.keys(mapping, options, where, hints)
+        params = list(params)
+        self.keys(mapping, [p.name for p in params], where, hints)
         return {
-            key: self.value(option, mapping[key], f"{where}.{key}", mapping.lines[key])
-            if key in mapping else option.default
-            for key, option in options.items()
+            p.name: self.value(p, mapping[p.name], f"{where}.{p.name}", mapping.lines[p.name])
+            if p.name in mapping else p.default
+            for p in params
         }
 
-    def axis(self, option: Option, raw: Any, where: str, line: int) -> list[Any]:
-        """A grid axis: a list of values, or one value (a list-valued option needs a list of lists)."""
+    def axis(self, param: Param, raw: Any, where: str, line: int) -> list[Any]:
+        """A grid axis: a list of values, or one value (a list-valued setting needs a list of lists)."""
         if isinstance(raw, _Sequence):
             if not raw:
                 raise self.fail(line, f"{where} is an empty list")
-            return [self.value(option, v, f"{where}[{i}]", raw.lines[i]) for i, v in enumerate(raw)]
-        return [self.value(option, raw, where, line)]
+            return [self.value(param, v, f"{where}[{i}]", raw.lines[i]) for i, v in enumerate(raw)]
+        return [self.value(param, raw, where, line)]
 
     def compressor_entry(self, raw: Any, where: str, line: int) -> _Entry:
         import compressors
@@ -388,40 +253,42 @@ class _Checker:
         if name not in compressors.NAMES:
             close = difflib.get_close_matches(str(name), compressors.NAMES, n=1)
             suggestion = f" (did you mean {close[0]!r}?)" if close else ""
-            raise self.fail(entry.lines["name"], f"unknown compressor {name!r} in {where}{suggestion}; "
+            raise self.fail(entry.lines["name"], f"unknown compressor {_short(name)} in {where}{suggestion}; "
                                                  f"valid: {', '.join(compressors.NAMES)}")
-        params = [p for p in compressors.check_params(name) if p != "seed"]
-        hints = {p: f"compressor {name!r} has no parameter {p!r}" for p in compressor_params() if p not in params}
+        declared = {p.name: p for p in compressors.params_of(name) if p.name != "seed"}
+        hints = {p: f"compressor {name!r} has no parameter {p!r}" for p in schema.compressor_param_names()
+                 if p not in declared}
         hints["seed"] = "the seed is a sweep axis"
-        if not _algorithms(name):
+        workload_keys = {p.name for p in schema.WORKLOAD}
+        for key in workload_keys - set(declared):
+            hints[key] = f"a workload setting; write it under '{where}.workload'"
+        valid_algorithms = schema.algorithms(name)
+        if not valid_algorithms:
             hints["algorithm"] = f"{name!r} runs its own communication hook"
-        valid = ["name", *params, *(["algorithm"] if _algorithms(name) else []), *WORKLOAD_OPTIONS]
+        valid = ["name", *declared, *(["algorithm"] if valid_algorithms else []), "workload"]
         self.keys(entry, valid, where, hints)
-        axes = {}
-        for key in entry:
-            if key == "name":
-                continue
-            if key in WORKLOAD_OPTIONS:
-                option = WORKLOAD_OPTIONS[key]
-            elif key == "algorithm":
-                option = Option(None, _choice(*_algorithms(name)))
-            else:
-                option = Option(None, _parameter_check(name, key))
-            axes[key] = self.axis(option, entry[key], f"{where}.{key}", entry.lines[key])
-        return _Entry(name, axes, where, entry.line)
+        out = _Entry(name, where=where, line=entry.line)
+        for key, param in declared.items():
+            if key in entry:
+                out.params[key] = self.axis(param, entry[key], f"{where}.{key}", entry.lines[key])
+        if "algorithm" in entry:
+            choice = Param("algorithm", None, str, choices=valid_algorithms)
+            out.algorithms = self.axis(choice, entry["algorithm"], f"{where}.algorithm", entry.lines["algorithm"])
+        if "workload" in entry:
+            overrides = self.mapping(entry["workload"], f"{where}.workload", entry.lines["workload"])
+            self.keys(overrides, [p.name for p in schema.WORKLOAD], f"{where}.workload")
+            out.workload = {key: self.axis(schema.param(key), raw, f"{where}.workload.{key}", overrides.lines[key])
+                            for key, raw in overrides.items()}
+        return out
 
 
-def _parameter_check(compressor: str, key: str) -> Check:
-    import compressors
+_short = short_repr  # no message grows with the input
 
-    def check(value: Any) -> str | None:
-        try:
-            compressors.check_params(compressor, **{key: value})
-        except ValueError as error:
-            return f"is invalid ({error})"
-        return None
-
-    return check
+def _sweep_name(check: _Checker, top: _Mapping) -> str:
+    name = top.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
+        raise check.fail(top.lines.get("name", 1), f"name {schema.param('name').doc}, got {_short(name)}")
+    return name
 
 
 def load_sweep(path: str | os.PathLike) -> Sweep:
@@ -429,94 +296,106 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     path = Path(path)
     check = _Checker(path)
     top = check.mapping(_read_yaml(path), "the sweep file", 1)
-    axis_hint = {key: "it is a grid axis; put it under 'sweep'" for key in (*AXIS_OPTIONS, "compressor")}
-    head = check.section(top, _TOP_LEVEL_OPTIONS, "the sweep file", axis_hint)
+    axis_names = [p.name for p in schema.AXES]
+    axis_hint = {key: "it is a grid axis; put it under 'sweep'" for key in axis_names}
+    check.keys(top, [*(p.name for p in schema.SWEEP), *_SECTIONS], "the sweep file", axis_hint)
     for key in ("name", "workload"):
         if key not in top:
             raise check.fail(1, f"missing required key {key!r} in the sweep file")
+    name = _sweep_name(check, top)
+    options = {p.name: top[p.name] for p in schema.SWEEP if p.name != "name" and p.name in top}
+    top_settings = {p.name: (check.value(p, options[p.name], p.name, top.lines[p.name]) if p.name in options
+                             else p.default) for p in schema.SWEEP if p.name != "name"}
     workload_map = check.mapping(top["workload"], "workload", top.lines["workload"])
     cluster_map = check.mapping(top.get("cluster"), "cluster", top.lines.get("cluster", 1))
     sweep_map = check.mapping(top.get("sweep"), "sweep", top.lines.get("sweep", 1))
-    workload = check.section(workload_map, WORKLOAD_OPTIONS, "workload", axis_hint)
-    cluster = check.section(cluster_map, CLUSTER_OPTIONS, "cluster")
-    check.keys(sweep_map, [*AXIS_OPTIONS, "compressor", *WORKLOAD_OPTIONS], "sweep")
+    workload = check.section(workload_map, schema.WORKLOAD, "workload", axis_hint)
+    cluster = check.section(cluster_map, schema.CLUSTER, "cluster")
+    sweep_hints = {"compressor_params": "write a compressor's parameters in its entry under sweep.compressor"}
+    check.keys(sweep_map, [k for k in axis_names if k != "compressor_params"] + [p.name for p in schema.WORKLOAD],
+               "sweep", sweep_hints)
     if "target_accuracy" not in workload_map and "target_accuracy" not in sweep_map:
         raise check.fail(top.lines["workload"], "missing required key 'target_accuracy' in workload")
     for key in sweep_map:
         if key in workload_map:
             raise check.fail(sweep_map.lines[key], f"{key!r} is set in both workload and sweep; keep one")
 
-    axes = {
-        key: check.axis(AXIS_OPTIONS.get(key) or WORKLOAD_OPTIONS[key], raw, f"sweep.{key}", sweep_map.lines[key])
-        for key, raw in sweep_map.items() if key != "compressor"
-    }
-    raw_entries = sweep_map.get("compressor", "none")
+    axes = {key: check.axis(schema.param(key), raw, f"sweep.{key}", sweep_map.lines[key])
+            for key, raw in sweep_map.items() if key != "compressor"}
+    raw_entries = sweep_map.get("compressor", "fp32")
     if not isinstance(raw_entries, _Sequence):
         raw_entries = _Sequence([raw_entries], line=sweep_map.lines.get("compressor", sweep_map.line))
     if not raw_entries:
         raise check.fail(raw_entries.line, "sweep.compressor is an empty list")
     entries = [check.compressor_entry(item, f"sweep.compressor[{i}]", raw_entries.lines[i])
                for i, item in enumerate(raw_entries)]
-    if head["baselines"]:  # duplicates of entries the file already has are dropped in _expand
-        entries = [_Entry(name) for name in _BASELINES] + entries
+    if top_settings["baselines"]:  # a baseline the file lists as it is, is not added twice
+        plain = {e.compressor for e in entries if not (e.params or e.algorithms or e.workload)}
+        entries = [_Entry(baseline) for baseline in schema.BASELINES if baseline not in plain] + entries
 
-    trials = _expand(check, head["name"], workload, cluster, axes, entries)
-    return Sweep(head["name"], path, cluster, head["max_concurrent_trials"], trials)
+    lines = {**{k: workload_map.lines[k] for k in workload_map}, **{k: sweep_map.lines[k] for k in sweep_map},
+             **{k: cluster_map.lines[k] for k in cluster_map}}
+    size = math.prod(len(v) for v in axes.values()) * sum(
+        math.prod(len(v) for v in (*e.params.values(), *e.workload.values())) * max(1, len(e.algorithms))
+        for e in entries)
+    if size > top_settings["max_trials"]:
+        raise check.fail(top.lines.get("max_trials", top.lines.get("sweep", 1)),
+                         f"the grid has {size} trials, more than max_trials={top_settings['max_trials']}; "
+                         "raise max_trials to run it")
+    trials = _expand(check, workload, cluster, axes, entries, lines)
+    return Sweep(name, path, cluster, top_settings["max_concurrent_trials"], trials)
 
 
 # ---------------------------------------------------------------- grid expansion and names
 
 
-def _expand(check: _Checker, sweep_name: str, workload: dict[str, Any], cluster: dict[str, Any],
-            axes: dict[str, list[Any]], entries: list[_Entry]) -> list[dict[str, Any]]:
-    import compressors
-
+def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], axes: dict[str, list[Any]],
+            entries: list[_Entry], lines: dict[str, int]) -> list[dict[str, Any]]:
+    """The grid's trials; ``lines``: where each workload setting and axis was written."""
     top_algorithms = axes.pop("algorithm", [])
-    # Axes with several values go into every name (an entry's own overrides go in its part).
+    # Axes with several values go into every name (an entry's own choices go in its part).
     named_axes = [key for key, values in axes.items() if len(values) > 1 and key not in ("num_workers", "seed")]
     trials, seen = [], set()
     for entry in entries:
-        for values in itertools.product(*entry.axes.values()):
-            chosen = dict(zip(entry.axes, values))
-            given = {k: v for k, v in chosen.items() if k not in WORKLOAD_OPTIONS and k != "algorithm"}
+        param_axes = list(entry.params.items())
+        for param_values in itertools.product(*(values for _, values in param_axes)):
+            given = dict(zip((k for k, _ in param_axes), param_values))
             try:  # parameters valid one by one may still clash together
-                params = compressors.check_params(entry.compressor, **given)
+                params = schema.compressor_params_of(entry.compressor, given)
             except ValueError as error:
                 raise check.fail(entry.line, f"{entry.where}: {error}") from None
-            if "algorithm" in chosen:
-                algorithms = [chosen["algorithm"]]
-            else:
-                algorithms = [a for a in top_algorithms if a in _algorithms(entry.compressor)]
-            for algorithm in algorithms or [_default_algorithm(entry.compressor)]:
-                for axis_values in itertools.product(*axes.values()):
-                    settings = {
-                        "compressor": entry.compressor,
-                        **{p: params.get(p) for p in compressor_params()},
-                        "algorithm": algorithm,
-                        "num_workers": AXIS_OPTIONS["num_workers"].default,
-                        "seed": AXIS_OPTIONS["seed"].default,
-                        **{k: cluster[k] for k in _TRAIN_CLUSTER_KEYS},
-                        **workload,
-                        **dict(zip(axes, axis_values)),
-                        **{k: v for k, v in chosen.items() if k in WORKLOAD_OPTIONS},
-                    }
-                    trial_id = trial_id_of(settings)
-                    if trial_id in seen:  # a baseline also listed, an axis a compressor ignores
-                        continue
-                    seen.add(trial_id)
-                    parts = [sweep_name, entry.compressor]
-                    parts += [f"{k}{_fmt(v)}" for k, v in chosen.items() if k != "algorithm"]
-                    if algorithms:  # the algorithm was chosen in the file, not defaulted
-                        parts.append(str(algorithm))
-                    parts += [f"{k}{_fmt(settings[k])}" for k in named_axes if k not in chosen]
-                    parts += [f"w{settings['num_workers']}", f"s{settings['seed']}"]
-                    trials.append({"name": "-".join(parts), "trial_id": trial_id, **settings})
+            algorithms = entry.algorithms or [a for a in top_algorithms if a in schema.algorithms(entry.compressor)]
+            for algorithm in algorithms or [schema.default_algorithm(entry.compressor)]:
+                for override_values in itertools.product(*entry.workload.values()):
+                    overrides = dict(zip(entry.workload, override_values))
+                    for axis_values in itertools.product(*axes.values()):
+                        settings = {
+                            "compressor": entry.compressor,
+                            "compressor_params": params,
+                            "algorithm": algorithm,
+                            "num_workers": schema.param("num_workers").default,
+                            "seed": schema.param("seed").default,
+                            **{k: cluster[k] for k in ("use_gpu", "backend")},
+                            **workload,
+                            **dict(zip(axes, axis_values)),
+                            **overrides,
+                        }
+                        settings = {key: settings[key] for key in schema.TRIAL_KEYS}
+                        data_dir = settings["data_dir"]
+                        if data_dir is not None and not Path(data_dir).expanduser().is_dir():
+                            line = entry.line if "data_dir" in overrides else lines.get("data_dir", entry.line)
+                            raise check.fail(line, f"data_dir {short_repr(data_dir)} is not a folder here "
+                                                   f"(relative to {Path.cwd()})")
+                        for key, message in schema.relation_problems(settings):
+                            if key in overrides or key not in lines:
+                                raise check.fail(entry.line, f"{entry.where}: {key}: {message}")
+                            raise check.fail(lines[key], f"{key}: {message}")
+                        trial_id = trial_id_of(settings)
+                        if trial_id in seen:  # a baseline also listed, an axis a compressor ignores
+                            continue
+                        seen.add(trial_id)
+                        shown = [*given, *(["algorithm"] if algorithms else []), *overrides,
+                                 *(k for k in named_axes if k not in overrides), "num_workers", "seed"]
+                        name = config_label({**settings, **params}, shown)
+                        trials.append({"name": name, "trial_id": trial_id, **settings})
     return trials
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return str(value).lower()
-    if isinstance(value, list):
-        return "x".join(str(v) for v in value)
-    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -6,7 +6,7 @@ from typing import Any
 
 # metric reported by the training loop -> what the gauge shows
 _GAUGES = {
-    "bytes_per_step": "Bytes one rank sends per training step (median over the last epoch).",
+    "bytes_sent": "Bytes one rank sends per training step (median over the last epoch).",
     "compression_ratio": "fp32 ring-allreduce bytes / bytes actually sent.",
     "step_time_s": "Median seconds per training step over the last epoch.",
     "test_accuracy": "Test accuracy after the last epoch.",

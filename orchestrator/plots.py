@@ -1,46 +1,51 @@
-"""Figures of a sweep (matplotlib, Agg backend; no display needed).
+"""Figures of a sweep (matplotlib, Agg backend; no display needed), from its tables (orchestrator.tables).
+
+Configurations are labelled as orchestrator.labels writes them, in legends and bar ticks.
 
 - ``accuracy_vs_time.png``: test accuracy against ``train_time_s``, one line
   per trial coloured by configuration, one panel per ``num_workers``; the
   dashed line is the target accuracy.
 - ``speedup_vs_workers.png``: mean ``speedup_vs_fp32`` over seeds against
   ``num_workers``, one line per configuration.
-- ``step_time_breakdown.png``: per-step seconds split into compute, encode,
-  comm and decode (medians, mean over seeds), one stacked bar per
+- ``step_time_breakdown.png``: milliseconds per step split into compute, encode,
+  comm and decode (medians over epochs, mean over seeds), one stacked bar per
   configuration and ``num_workers``.
 """
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
-from typing import Any
 
-from .export import config_label, varying_settings
+import pandas as pd
+
+from .tables import config_labels
+
+__all__ = ["write_plots", "step_time_bars"]
 
 _PARTS = ("compute_s", "encode_s", "comm_s", "decode_s")
 
 
-def write_plots(rows: list[dict[str, Any]], records: list[dict[str, Any]], folder: Path) -> list[Path]:
-    """Draw the three figures from trial rows (export.trial_rows) and their records."""
+def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path) -> list[Path]:
+    """Draw the three figures from tables.trials_table and tables.history_table into ``folder``."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: works without a display, also inside Ray
     import matplotlib.pyplot as plt
 
-    if not rows:
+    if trials.empty:
         return []
     folder.mkdir(parents=True, exist_ok=True)
-    varying = varying_settings(rows)
-    labels = list(dict.fromkeys(config_label(row, varying) for row in rows))
-    colours = {label: plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")(i % 20)
-               for i, label in enumerate(labels)}
-    workers = sorted({row["num_workers"] for row in rows})
+    bars = step_time_bars(trials)
+    trials = trials.assign(label=config_labels(trials))
+    labels = list(dict.fromkeys(trials["label"]))
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    colours = {label: cmap(i % 20) for i, label in enumerate(labels)}
+    workers = sorted(set(trials["num_workers"].tolist()))
     paths = []
-    for name, draw in (("accuracy_vs_time.png", _accuracy_vs_time),
-                       ("speedup_vs_workers.png", _speedup_vs_workers),
-                       ("step_time_breakdown.png", _breakdown)):
-        figure = draw(plt, rows, records, varying, labels, colours, workers)
+    for name, draw in (("accuracy_vs_time.png", lambda: _accuracy_vs_time(plt, trials, history, colours, workers)),
+                       ("speedup_vs_workers.png", lambda: _speedup_vs_workers(plt, trials, colours, workers)),
+                       ("step_time_breakdown.png", lambda: _breakdown(plt, bars))):
+        figure = draw()
         path = folder / name
         figure.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(figure)
@@ -48,21 +53,22 @@ def write_plots(rows: list[dict[str, Any]], records: list[dict[str, Any]], folde
     return paths
 
 
-def _accuracy_vs_time(plt, rows, records, varying, labels, colours, workers):
+def _accuracy_vs_time(plt, trials, history, colours, workers):
     figure, axes = plt.subplots(1, len(workers), figsize=(5.5 * len(workers), 4.2), squeeze=False, sharey=True)
-    by_id = {r["trial_id"]: r for r in records}
+    epochs = dict(tuple(history.groupby("trial_id", sort=False))) if not history.empty else {}
     for ax, w in zip(axes[0], workers):
         shown = set()
-        for row in rows:
-            history = by_id[row["trial_id"]]["history"]
-            if row["num_workers"] != w or not history:
+        for trial in trials[trials["num_workers"] == w].to_dict("records"):
+            curve = epochs.get(trial["trial_id"])
+            if curve is None:
                 continue
-            label = config_label(row, varying)
-            ax.plot([h.get("train_time_s") for h in history], [h.get("test_accuracy") for h in history],
-                    marker="o", markersize=3, color=colours[label],
-                    label=None if label in shown else label, linestyle="-" if row["status"] == "ok" else ":")
+            label = trial["label"]
+            ax.plot(pd.to_numeric(curve["train_time_s"], errors="coerce"),
+                    pd.to_numeric(curve["test_accuracy"], errors="coerce"),
+                    marker="o", markersize=3, color=colours[label], label=None if label in shown else label,
+                    linestyle="-" if trial["status"] == "ok" else ":")
             shown.add(label)
-        for target in {row["target_accuracy"] for row in rows}:
+        for target in set(trials["target_accuracy"].dropna().tolist()):
             ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
         ax.set_title(f"{w} worker{'s' if w > 1 else ''}")
         ax.set_xlabel("train time (s)")
@@ -72,17 +78,14 @@ def _accuracy_vs_time(plt, rows, records, varying, labels, colours, workers):
     return figure
 
 
-def _speedup_vs_workers(plt, rows, records, varying, labels, colours, workers):
+def _speedup_vs_workers(plt, trials, colours, workers):
     figure, ax = plt.subplots(figsize=(6.5, 4.2))
-    for label in labels:
-        points = []
-        for w in workers:
-            values = [r["speedup_vs_fp32"] for r in rows if config_label(r, varying) == label
-                      and r["num_workers"] == w and r["speedup_vs_fp32"] is not None]
-            if values:
-                points.append((w, statistics.fmean(values)))
-        if points:
-            ax.plot(*zip(*points), marker="o", color=colours[label], label=label)
+    speedup = pd.to_numeric(trials["speedup_vs_fp32"], errors="coerce")
+    means = speedup.groupby([trials["label"], trials["num_workers"]], sort=False).mean().dropna()
+    for label in colours:
+        if label in means.index.get_level_values(0):
+            points = means.loc[label].sort_index()
+            ax.plot(points.index, points.to_numpy(), marker="o", color=colours[label], label=label)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xticks(workers)
     ax.set_xlabel("workers")
@@ -92,22 +95,29 @@ def _speedup_vs_workers(plt, rows, records, varying, labels, colours, workers):
     return figure
 
 
-def _breakdown(plt, rows, records, varying, labels, colours, workers):
-    bars = []  # (tick label, [compute, encode, comm, decode])
-    for w in workers:
-        for label in labels:
-            group = [r for r in rows if config_label(r, varying) == label and r["num_workers"] == w
-                     and all(r[p] is not None for p in _PARTS)]
-            if group:
-                bars.append((f"{label}\nw={w}", [statistics.fmean(r[p] for r in group) for p in _PARTS]))
+def step_time_bars(trials: pd.DataFrame) -> pd.DataFrame:
+    """The bars of step_time_breakdown.png: milliseconds per step in compute, encode, comm and decode
+    (medians over epochs, mean over seeds), one row per configuration and worker count, indexed by
+    label; grouped by worker count, configurations in table order within each."""
+    parts = trials[list(_PARTS)].apply(pd.to_numeric, errors="coerce")
+    complete = parts.notna().all(axis=1)
+    label = config_labels(trials, extra=("num_workers",)).rename("label")
+    configurations = config_labels(trials)
+    rank = configurations.map({name: i for i, name in enumerate(dict.fromkeys(configurations))}).rename("order")
+    groups = [trials["num_workers"][complete], rank[complete], label[complete]]
+    means = (parts[complete] * 1000).groupby(groups, sort=False).mean()
+    means = means.sort_index(level=[0, 1], sort_remaining=False).droplevel([0, 1])
+    return means.rename(columns=lambda part: part.removesuffix("_s"))
+
+
+def _breakdown(plt, bars):
     figure, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(bars) + 2), 4.5))
-    bottoms = [0.0] * len(bars)
-    for i, part in enumerate(_PARTS):
-        heights = [b[1][i] * 1000 for b in bars]
-        ax.bar(range(len(bars)), heights, bottom=bottoms, label=part.removesuffix("_s"))
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
-    ax.set_xticks(range(len(bars)), [b[0] for b in bars], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("milliseconds per step (median)")
+    bottom = [0.0] * len(bars)
+    for part in bars.columns:
+        ax.bar(range(len(bars)), bars[part].to_numpy(), bottom=bottom, label=part)
+        bottom = [b + h for b, h in zip(bottom, bars[part])]
+    ax.set_xticks(range(len(bars)), list(bars.index), rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("step time (ms; median over epochs, mean over seeds)")
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
     return figure

@@ -35,10 +35,10 @@ class Progress:
 
     def epoch(self, name: str, metrics: dict[str, Any], epochs: int) -> None:
         parts = [f"epoch {metrics.get('epoch', '?')}/{epochs}"]
-        for key, text, scale in (("test_accuracy", "acc {:.4f}", 1), ("train_time_s", "train {:.1f}s", 1),
-                                 ("step_time_s", "step {:.1f}ms", 1000), ("compression_ratio", "ratio {:.1f}x", 1)):
+        # metrics by their own names and units, as in the results tables
+        for key, digits in (("test_accuracy", 4), ("train_time_s", 1), ("step_time_s", 4), ("compression_ratio", 1)):
             if _finite(metrics.get(key)):
-                parts.append(text.format(metrics[key] * scale))
+                parts.append(f"{key} {metrics[key]:.{digits}f}")
         if metrics.get("status") == "diverged":
             parts.append("DIVERGED")
         self._say(f"{name}: " + "  ".join(parts))

@@ -20,6 +20,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +62,29 @@ def write_record(results: Path, record: dict[str, Any]) -> Path:
     return path
 
 
-def read_records(results: Path) -> list[dict[str, Any]]:
-    """All records of a results folder, oldest first."""
-    records = [json.loads(p.read_text()) for p in sorted(trials_dir(results).glob("*.json"))]
-    return sorted(records, key=lambda r: r["finished_at"])
+_KEYS = ("trial_id", "name", "settings", "status", "reason", "history", "finished_at")
+
+
+def read_records(results: Path, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """All readable records of a results folder, oldest first.
+
+    A record that cannot be read (truncated, edited, not a record) is skipped with
+    a warning naming its file (to stderr unless ``warn`` is given): its trial counts
+    as unfinished, so ``--resume`` runs it again.
+    """
+    warn = warn or (lambda text: print(text, file=sys.stderr, flush=True))
+    records = []
+    for path in sorted(trials_dir(results).glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+            if not isinstance(record, dict) or any(key not in record for key in _KEYS) \
+                    or record["status"] not in FINISHED or path.stem != record["trial_id"]:
+                raise ValueError("not a trial record")
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            warn(f"warning: skipping unreadable trial record {path}: {error}")
+            continue
+        records.append(record)
+    return sorted(records, key=lambda r: str(r["finished_at"]))
 
 
 def finished_ids(results: Path) -> set[str]:

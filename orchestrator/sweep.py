@@ -14,16 +14,19 @@ were running; ``resume=True`` runs only the trials without a record.
 from __future__ import annotations
 
 import datetime
+import fcntl
 import json
 import logging
 import os
+import re
 import shutil
+import socket
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 from . import env_info
-from .config import Sweep, settings_of
+from .config import Sweep, training_config
 from .export import export
 from .progress import Progress
 from .records import finished_ids, make_record, write_record
@@ -35,26 +38,58 @@ _TRIAL_CPUS = 0.01  # the Tune trial only waits on its TorchTrainer
 
 
 class ResultsExist(RuntimeError):
-    """The results folder already holds trials of this sweep and ``resume`` was not asked for."""
+    """The results folder already holds trials of this sweep and ``resume`` was not asked for,
+    or another run holds it."""
 
 
-def run_sweep(sweep: Sweep, results_parent: str | os.PathLike, *, address: str | None = None,
+def _lock(results: Path) -> TextIO:
+    """Hold ``results/.lock`` for this run (released when the process ends, however it ends);
+    ResultsExist naming the holder when another run has it."""
+    handle = (results / ".lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise ResultsExist(f"{results} is in use by another run ({holder}); wait for it, or choose another "
+                           "--results folder") from None
+    handle.seek(0)
+    handle.truncate()
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}, started {started}\n")
+    handle.flush()
+    return handle
+
+
+def run_sweep(sweep: Sweep, results: str | os.PathLike, *, address: str | None = None,
               resume: bool = False, max_concurrent_trials: int | None = None,
               stream: TextIO = sys.stdout) -> tuple[Path, int]:
     """Run the trials of ``sweep`` not finished yet; returns the results folder and how many
     trials are still unfinished (nonzero only when the sweep was interrupted)."""
-    results = (Path(results_parent) / sweep.name).resolve()
+    results = Path(results).resolve()
+    results.mkdir(parents=True, exist_ok=True)
+    lock = _lock(results)
+    try:
+        return _run_locked(sweep, results, address, resume, max_concurrent_trials, stream)
+    finally:
+        lock.close()
+
+
+def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
+                max_concurrent_trials: int | None, stream: TextIO) -> tuple[Path, int]:
     done = finished_ids(results)
     if done and not resume:
         raise ResultsExist(f"{results} already holds {len(done)} finished trial(s) of this sweep: "
                            "pass --resume to run only the others, or choose another --results folder")
-    results.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(sweep.path, results / "sweep.yaml")
+    copy = results / "sweep.yaml"
+    if not (copy.exists() and copy.samefile(sweep.path)):  # `run results/x/sweep.yaml --resume`
+        shutil.copyfile(sweep.path, copy)
     todo = [trial for trial in sweep.trials if trial["trial_id"] not in done]
     progress = Progress(total=len(sweep.trials), finished=len(sweep.trials) - len(todo), stream=stream)
     if not todo:
         progress.note(f"nothing to run: every trial has a record in {results / 'trials'}")
-        export(results)
+        _export_or_warn(results, progress)
         return results, 0
 
     import ray
@@ -79,8 +114,8 @@ def run_sweep(sweep: Sweep, results_parent: str | os.PathLike, *, address: str |
             param_space={"trial": tune.grid_search(todo), "run": run},
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max_concurrent_trials or sweep.max_concurrent_trials,
-                trial_name_creator=_trial_name,
-                trial_dirname_creator=_trial_name,
+                trial_name_creator=_trial_dirname,
+                trial_dirname_creator=_trial_dirname,
             ),
             run_config=tune.RunConfig(
                 name=f"tune-{stamp}",
@@ -92,11 +127,27 @@ def run_sweep(sweep: Sweep, results_parent: str | os.PathLike, *, address: str |
         tuner.fit()
     finally:
         ray.shutdown()
-    export(results)
+    _export_or_warn(results, progress)
     unfinished = len([t for t in todo if t["trial_id"] not in finished_ids(results)])
     if unfinished:
         progress.note(f"interrupted: {unfinished} trial(s) not finished; run again with --resume")
     return results, unfinished
+
+
+def _export_or_warn(results: Path, progress: Progress) -> None:
+    """Rebuild the tables; a failure (an unwritable file, say) loses nothing: the records stay."""
+    try:
+        export(results)
+    except Exception as error:
+        progress.note(f"warning: could not write the tables of {results}: {error!r}; the trial records "
+                      f"are safe in {results / 'trials'}: fix the cause, then run `lowprec export {results}`")
+
+
+def trial_dirname(trial: dict[str, Any]) -> str:
+    """A folder name for a trial: its label with anything but letters, digits, '.', '_', '=' and '-'
+    replaced, capped in length, and made unique by its trial_id (the full settings are in its record)."""
+    safe = re.sub(r"[^A-Za-z0-9._=-]+", "_", trial["name"]).strip("._")[:80]
+    return f"{safe}-{trial['trial_id']}" if safe else trial["trial_id"]
 
 
 def _start_ray(address: str | None) -> None:
@@ -135,6 +186,10 @@ def _trial_name(trial: Any) -> str:
     return trial.config["trial"]["name"]
 
 
+def _trial_dirname(trial: Any) -> str:
+    return trial_dirname(trial.config["trial"])
+
+
 def _run_trial(config: dict[str, Any]) -> None:
     """The Tune trial: fit one TorchTrainer for one grid point (exceptions fail the trial)."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
@@ -143,7 +198,7 @@ def _run_trial(config: dict[str, Any]) -> None:
 
     trial, run = config["trial"], config["run"]
     cluster = run["cluster"]
-    settings = settings_of(trial)
+    settings = training_config(trial)
     if settings["data_dir"] is not None:
         settings["data_dir"] = os.path.join(run["cwd"], settings["data_dir"])
     resources = {"CPU": cluster["cpus_per_worker"]}
@@ -158,7 +213,7 @@ def _run_trial(config: dict[str, Any]) -> None:
         scaling_config=ScalingConfig(num_workers=trial["num_workers"], use_gpu=cluster["use_gpu"],
                                      resources_per_worker=resources),
         run_config=RunConfig(
-            name=trial["name"],  # the run's name on the dashboard's Train page
+            name=trial_dirname(trial),  # the run's name on the dashboard's Train page, and its folder
             storage_path=run["storage_path"],
             failure_config=FailureConfig(max_failures=cluster["max_failures"]),
             callbacks=[TuneReportCallback()],

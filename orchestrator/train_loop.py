@@ -10,8 +10,9 @@ max over ranks; bytes: mean).  It runs three ways with the same code:
 - under torchrun: ``torchrun --nproc-per-node 2 -m orchestrator.train_loop --compressor qsgd``
 - inside Ray Train, where torch.distributed is already initialised.
 
-With one worker there is no communication, but the compressor still
-encodes and decodes every gradient, so its cost in accuracy shows.
+With one worker the model is still wrapped in DDP (over a one-process group),
+so every compressor, PowerSGD included, encodes and decodes every gradient
+through the same hook as with many workers, and its cost in accuracy shows.
 """
 from __future__ import annotations
 
@@ -27,35 +28,37 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+import yaml
 
-import compressors
 import workloads
 from compressors import accounting
-from compressors.hook import HookSwitch
+from compressors import ddp
 
-from .config import AXIS_OPTIONS, CLUSTER_OPTIONS, WORKLOAD_OPTIONS, compressor_params
+from . import settings
 
 Report = Callable[[dict[str, Any]], None]
-_DATASET_OPTIONS = ("input_shape", "num_classes", "num_samples")
-_MODEL_OPTIONS = ("width", "depth")
 EVAL_BATCH = 1000
 
 
-def defaults() -> dict[str, Any]:
-    """Every training-loop setting with its default (the sweep file's defaults)."""
-    out = {"compressor": "none", **{p: None for p in compressor_params()}}
-    for options in (AXIS_OPTIONS, CLUSTER_OPTIONS, WORKLOAD_OPTIONS):
-        out.update({key: option.default for key, option in options.items()})
-    return out
+def _backend(config: dict[str, Any]) -> str:
+    return config["backend"] if config["backend"] != "auto" else ("nccl" if config["use_gpu"] else "gloo")
 
 
-def _setup_distributed(config: dict[str, Any]) -> tuple[int, int, torch.device]:
-    """Join the process group (torchrun's env, or Ray's already-made group); pick the device."""
+def _setup_distributed(config: dict[str, Any]) -> tuple[int, int, torch.device, bool]:
+    """Join the process group (torchrun's env, or Ray's already-made group), or make a one-process
+    group so that one worker runs the same DDP hook as many; pick the device.
+
+    Returns rank, world, device and whether this call made the group (and must destroy it).
+    """
     use_gpu = bool(config["use_gpu"])
-    if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        backend = config["backend"] if config["backend"] != "auto" else ("nccl" if use_gpu else "gloo")
-        dist.init_process_group(backend)
-    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    made = False
+    if not dist.is_initialized():
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            dist.init_process_group(_backend(config))
+        else:  # an in-memory store: nothing listens on a port
+            dist.init_process_group(_backend(config), store=dist.HashStore(), rank=0, world_size=1)
+            made = True
+    rank, world = dist.get_rank(), dist.get_world_size()
     if use_gpu:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
@@ -64,21 +67,20 @@ def _setup_distributed(config: dict[str, Any]) -> tuple[int, int, torch.device]:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
         # Workers sharing one machine's cores would otherwise oversubscribe them.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
-    return rank, world, device
+    return rank, world, device, made
 
 
-def _reducer(config: dict[str, Any], compressor: str, group_algorithm: str | None) -> compressors.Reducer:
-    known = compressors.check_params(compressor)
-    params = {k: config[k] for k in known if k != "seed" and config.get(k) is not None}
-    return compressors.Reducer(compressor, group_algorithm, min_compress_numel=config["min_compress_numel"],
-                               seed=config["seed"], **params)
+def _comm_hook(config: dict[str, Any], compressor: str, algorithm: str | None,
+               params: dict[str, Any]) -> Any:
+    return ddp.comm_hook(compressor, algorithm, min_compress_numel=config["min_compress_numel"],
+                         seed=config["seed"], **params)
 
 
 def _optimizer(config: dict[str, Any], params) -> torch.optim.Optimizer:
     name, lr, wd = config["optimizer"], config["lr"], config["weight_decay"]
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=wd)
-    momentum = config["momentum"] if name == "momentum" else 0.0
+    momentum = 0.9 if config["momentum"] is None else config["momentum"]
     return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=wd)
 
 
@@ -92,7 +94,8 @@ class _Aggregate:
         if self.world == 1:
             return values
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        reduce = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(op, dist.ReduceOp.SUM)
+        dist.all_reduce(t, op=reduce)
         out = t.tolist()
         return [v / self.world for v in out] if op == "mean" else out
 
@@ -119,30 +122,39 @@ def _median(values: list[float]) -> float:
 
 
 def train(config: dict[str, Any], report: Report | None = None) -> dict[str, Any]:
-    """Train one configuration; returns ``{status, reason, model_summary, final, history}``."""
-    config = {**defaults(), **{k: v for k, v in config.items() if v is not None}}
-    unknown = sorted(set(config) - set(defaults()) - {"name", "trial_id"})
-    if unknown:
-        raise ValueError(f"unknown training settings {unknown}; valid: {sorted(defaults())}")
-    rank, world, device = _setup_distributed(config)
-    aggregate = _Aggregate(world, device)
+    """Train one configuration; returns ``{status, reason, model_summary, final, history}``.
 
-    options = {k: config[k] for k in _DATASET_OPTIONS if config[k] is not None}
+    ``config`` holds training-loop settings (``settings.TRAINING_KEYS``; missing
+    ones take their defaults); an invalid one raises ValueError naming it.
+    """
+    config = settings.check_training(config)
+    rank, world, device, made_group = _setup_distributed(config)
+    try:
+        return _train(config, report, rank, world, device)
+    finally:
+        if made_group:
+            dist.destroy_process_group()
+
+
+def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
+           device: torch.device) -> dict[str, Any]:
+    aggregate = _Aggregate(world, device)
+    options = {p.name: config[p.name] for p in workloads.dataset_options(config["dataset"])}
     data = workloads.build_dataset(config["dataset"], data_dir=config["data_dir"], seed=config["seed"], **options)
     torch.manual_seed(config["seed"])  # identical initial weights on every rank
-    model_options = {k: config[k] for k in _MODEL_OPTIONS if config[k] is not None}
+    model_options = {p.name: config[p.name] for p in workloads.model_options(config["model"])}
     model = workloads.build_model(config["model"], data.input_shape, data.num_classes, **model_options).to(device)
     summary = workloads.model_summary(model, config["min_compress_numel"])
 
-    main = _reducer(config, config["compressor"], config["algorithm"])
-    warm = _reducer(config, "none", None)
-    switch = HookSwitch(warm if config["warmup_epochs"] > 0 else main)
-    if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        switch.register(model, [warm, main])
-        params = list(model.module.parameters())
-    else:
-        params = list(model.parameters())
+    main = _comm_hook(config, config["compressor"], config["algorithm"], config["compressor_params"])
+    warm = _comm_hook(config, "fp32", None, {})
+    switch = ddp.HookSwitch(warm if config["warmup_epochs"] > 0 else main)
+    # DDP also with one worker: the compressor encodes and decodes every gradient, so its cost in
+    # accuracy shows, through the same hook as with many.
+    model = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None)
+    switch.register(model, [warm, main])
+    params = list(model.module.parameters())
     optimizer = _optimizer(config, params)
     grad_numel = sum(p.numel() for p in params)
     samples_per_epoch = math.ceil(len(data.train.y) / world)
@@ -154,13 +166,13 @@ def train(config: dict[str, Any], report: Report | None = None) -> dict[str, Any
         if config["fail_at_epoch"] == epoch:
             raise RuntimeError(f"fail_at_epoch={epoch}: failing on purpose")
         switch.active = warm if epoch <= config["warmup_epochs"] else main
-        reducer = switch.active
+        hook = switch.active
         indices = workloads.shard_indices(len(data.train.y), rank, world, epoch, config["seed"])
         steps = math.ceil(samples_per_epoch / config["batch_size"])
         if config["max_steps_per_epoch"]:
             steps = min(steps, config["max_steps_per_epoch"])
         step_times, loss_sum, samples = [], 0.0, 0
-        first_stat = len(reducer.history)
+        first_stat = len(hook.history)
         for step in range(steps):
             batch = indices[step * config["batch_size"]:(step + 1) * config["batch_size"]]
             x, y = data.train.x[batch].to(device), data.train.y[batch].to(device)
@@ -172,9 +184,6 @@ def train(config: dict[str, Any], report: Report | None = None) -> dict[str, Any
                 loss = loss * math.nan
             optimizer.zero_grad(set_to_none=False)
             loss.backward()
-            if world == 1 and reducer.compressor not in ("none", "powersgd"):
-                keys = [i for i, p in enumerate(params) if p.grad is not None]
-                reducer.average([params[i].grad for i in keys], keys)
             optimizer.step()
             if device.type == "cuda":
                 torch.cuda.synchronize()
@@ -182,30 +191,36 @@ def train(config: dict[str, Any], report: Report | None = None) -> dict[str, Any
             loss_sum += float(loss.detach()) * len(batch)
             samples += len(batch)
             global_step += 1
-        stats = reducer.history[first_stat:]
+        stats = hook.history[first_stat:]
         (epoch_time,) = aggregate([sum(step_times)], "max")
         train_time += epoch_time
         loss_sum, samples = aggregate([loss_sum, float(samples)], "sum")
-        bytes_per_step = statistics.fmean(s.bytes_sent for s in stats) if stats else 0.0
+        bytes_sent = statistics.fmean(s.bytes_sent for s in stats) if stats else 0.0
         per_step = [(t, s.encode_s, s.comm_s, s.decode_s) for t, s in zip(step_times, stats)] or \
                    [(t, 0.0, 0.0, 0.0) for t in step_times]
         medians = [_median([row[i] for row in per_step]) for i in range(4)]
         compute = _median([t - e - c - d for t, e, c, d in per_step])
         step_time, encode_s, comm_s, decode_s, compute_s = aggregate(medians + [compute], "max")
-        (bytes_per_step,) = aggregate([bytes_per_step], "mean")
+        (bytes_sent,) = aggregate([bytes_sent], "mean")
         train_loss = loss_sum / max(samples, 1)
         accuracy, test_loss = _evaluate(model, data.test, rank, world, device, aggregate)
         if reached_at is None and config["target_accuracy"] is not None and accuracy >= config["target_accuracy"]:
             reached_at = train_time
-        if not math.isfinite(train_loss):
-            status, reason = "diverged", f"train loss became {train_loss} in epoch {epoch}"
+        # The last step's update may overflow after its (finite) loss was taken: check what it left.
+        finite_params = bool(torch.stack([torch.isfinite(p).all() for p in params]).all())
+        (finite_params,) = aggregate([float(finite_params)], "min")
+        if not math.isfinite(train_loss) or not math.isfinite(test_loss):
+            which, value = ("train", train_loss) if not math.isfinite(train_loss) else ("test", test_loss)
+            status, reason = "diverged", f"{which} loss became {value} in epoch {epoch}"
+        elif not finite_params:
+            status, reason = "diverged", f"a parameter became non-finite in epoch {epoch}"
         metrics = {
             "epoch": epoch, "train_time_s": train_time, "test_accuracy": accuracy, "test_loss": test_loss,
             "train_loss": train_loss, "step_time_s": step_time,
             "samples_per_s": samples / max(epoch_time, 1e-12),
             "compute_s": compute_s, "encode_s": encode_s, "comm_s": comm_s, "decode_s": decode_s,
-            "bytes_per_step": bytes_per_step,
-            "compression_ratio": accounting.compression_ratio(grad_numel, world, bytes_per_step),
+            "bytes_sent": bytes_sent,
+            "compression_ratio": accounting.compression_ratio(grad_numel, world, bytes_sent),
             "time_to_accuracy_s": reached_at,
             "status": "running" if status == "ok" and epoch < config["epochs"] else status,
         }
@@ -218,23 +233,47 @@ def train(config: dict[str, Any], report: Report | None = None) -> dict[str, Any
             "final": history[-1] if history else {}, "history": history}
 
 
+def _flag_type(key: str) -> Callable[[str], Any]:
+    """Read a flag's text as YAML reads a value, then check it against the setting's declaration."""
+    param = settings.param(key)
+
+    def parse(text: str) -> Any:
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        problem = param.problem(value)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
+        return param.check(key, value)
+
+    parse.__name__ = param.kind if isinstance(param.kind, str) else param.kind.__name__  # argparse's messages
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m orchestrator.train_loop", allow_abbrev=False,
+        description="Train one configuration without Ray; under torchrun, one process per worker "
+                    "(the number of workers is torchrun's --nproc-per-node).")
+    for key in settings.TRAINING_KEYS:
+        param = settings.param(key)
+        parser.add_argument(f"--{key}", type=_flag_type(key), default=None, metavar=key.upper(),
+                            help=f"{param.doc}; valid: {param.describe()}; default: {param.default}")
+    parser.add_argument("--json", default=None, metavar="PATH", help="write the result here")
+    return parser
+
+
 def _parse_args(argv: list[str] | None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.train_loop",
-                                     description="Train one configuration without Ray (torchrun for several workers).")
-    for key, default in defaults().items():
-        parser.add_argument(f"--{key}", default=None, metavar=type(default).__name__.upper() if default is not None else "VALUE",
-                            help=f"default: {default}")
-    parser.add_argument("--json", default=None, help="write the result here")
+    parser = _parser()
     args = vars(parser.parse_args(argv))
     out = args.pop("json")
-    config = {k: _parse_value(v) for k, v in args.items() if v is not None}
+    config = {k: v for k, v in args.items() if v is not None}
+    try:
+        settings.check_training(config)
+    except ValueError as error:
+        parser.error(str(error))
     return {"config": config, "json": out}
-
-
-def _parse_value(text: str) -> Any:
-    """Numbers, booleans, null and lists as YAML reads them; anything else as text."""
-    import yaml
-    return yaml.safe_load(text)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -242,8 +281,8 @@ def main(argv: list[str] | None = None) -> None:
     def show(m: dict[str, Any]) -> None:
         if not dist.is_initialized() or dist.get_rank() == 0:
             print(f"epoch {m['epoch']}: test_accuracy {m['test_accuracy']:.4f}  train_loss {m['train_loss']:.4f}  "
-                  f"train_time_s {m['train_time_s']:.2f}  step_time_s {m['step_time_s']*1e3:.1f} ms  "
-                  f"bytes_per_step {m['bytes_per_step']:.0f}", flush=True)
+                  f"train_time_s {m['train_time_s']:.2f}  step_time_s {m['step_time_s']:.4f}  "
+                  f"bytes_sent {m['bytes_sent']:.0f}", flush=True)
     result = train(args["config"], report=show)
     if not dist.is_initialized() or dist.get_rank() == 0:
         s = result["model_summary"]

@@ -1,4 +1,4 @@
-"""Multi-process tests of the compressed collectives, the Reducer and the DDP hook (gloo, CPU).
+"""Multi-process tests of the compressed collectives, the Reducer and the DDP hooks (gloo, CPU).
 
 Spawning ranks costs seconds, so each world size is spawned once: the rank
 function runs every sub-check, each guarded so that one failure is reported
@@ -24,9 +24,11 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import compressors as C
-from compressors import collectives
+from compressors import collectives, ddp
 
 from .distributed import run_ranks
+
+slow = pytest.mark.slow  # every test that spawns processes
 
 WORLDS = (2, 3, 4)
 SPAWN_TIMEOUT = 150
@@ -37,13 +39,13 @@ SPAWN_TIMEOUT = 150
 SHAPES = [(37, 53), (2, 600), (1025,), (16, 8, 3, 3), (37,), (1,)]
 MIN_NUMELS = (1024, 0)
 
-NATIVE_CASES = [(name, {}, algo) for name in ("none", "fp16", "bf16") for algo in ("allreduce", "allgather", "sra")]
+CAST_CASES = [(name, {}, algo) for name in ("fp32", "fp16", "bf16") for algo in ("allreduce", "allgather", "sra")]
 COMPRESSED = [("dynamic8", {}), ("linear8", {}), ("qsgd", {"bits": 8}), ("qsgd", {}), ("onebit", {}),
               ("adaptive", {"pi": 0.05}), ("topk", {"pi": 0.05})]
 COMPRESSED_CASES = [(name, p, algo) for name, p in COMPRESSED for algo in ("allgather", "sra")]
-CASES = [(name, p, algo, m) for name, p, algo in NATIVE_CASES + COMPRESSED_CASES for m in MIN_NUMELS]
+CASES = [(name, p, algo, m) for name, p, algo in CAST_CASES + COMPRESSED_CASES for m in MIN_NUMELS]
 
-NAN_NAMES = [("none", {}), ("qsgd", {"bits": 8}), ("onebit", {}), ("adaptive", {"pi": 0.05}), ("dynamic8", {})]
+NAN_NAMES = [("fp32", {}), ("qsgd", {"bits": 8}), ("onebit", {}), ("adaptive", {"pi": 0.05}), ("dynamic8", {})]
 NAN_AT = (0, (3, 5))  # tensor index, element
 
 EF_NAMES = [("onebit", {}), ("adaptive", {"pi": 0.05}), ("topk", {"pi": 0.05})]
@@ -94,7 +96,7 @@ def expected_bytes(name: str, p: dict, algo: str, shapes, world: int, rank: int,
     if not large:
         return total
     if algo == "allreduce":
-        itemsize = {"none": 4, "fp16": 2, "bf16": 2}[name]
+        itemsize = {"fp32": 4, "fp16": 2, "bf16": 2}[name]
         return total + ring(itemsize * sum(math.prod(s) for _, s in large), world)
     codec = C.get(name, **p)
     if algo == "allgather":
@@ -160,14 +162,14 @@ def _fp16_checks(rank, world):
     base = make_mlp()
     x, y = mlp_data(rank)
     grads = {}
-    for mode in ("reducer", "torch"):
+    for mode in ("reducer", "torch"):  # "reducer": our fp16 hook state (PyTorch's hook inside)
         model = copy.deepcopy(base)
-        ddp = DDP(model)
+        ddp_model = DDP(model)
         if mode == "reducer":
-            C.Reducer("fp16").register(ddp)
+            ddp.comm_hook("fp16").register(ddp_model)
         else:
-            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-        F.cross_entropy(ddp(x), y).backward()
+            ddp_model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        F.cross_entropy(ddp_model(x), y).backward()
         grads[mode] = [q.grad.clone() for q in model.parameters()]
     local = copy.deepcopy(base)
     F.cross_entropy(local(x), y).backward()
@@ -202,18 +204,20 @@ def _ef_track(rank, world, name, p, algo, error_feedback):
     return errors
 
 
+EF_SHAPE_CASE = [(1025,), (16, 8, 3, 3), (2, 600), (37, 53)]
+EF_SHAPE_STEPS = 4
+
+
 def _ef_any_shape(rank, world, name, p, algo):
     """Several steps with residuals on 1-D, 4-D and fewer-rows-than-ranks tensors."""
-    shapes = [(1025,), (16, 8, 3, 3), (2, 600), (37, 53)]
+    shapes = EF_SHAPE_CASE
     reducer = C.Reducer(name, algo, **p)
     sum_out = [torch.zeros(s, dtype=torch.float64) for s in shapes]
-    sum_true = [torch.zeros(s, dtype=torch.float64) for s in shapes]
-    for t in range(4):
+    for t in range(EF_SHAPE_STEPS):
         xs = case_inputs(rank, world, seed=20 + t, shapes=shapes)
         reducer.average(xs)
         sum_out = [a + x.double() for a, x in zip(sum_out, xs)]
-        sum_true = [a + m for a, m in zip(sum_true, true_mean(world, 20 + t, shapes))]
-    return {"out": sum_out, "true": sum_true, "finite": all(bool(torch.isfinite(x).all()) for x in sum_out)}
+    return {"out": sum_out, "state": reducer.state_dict()}
 
 
 STATE_CASES = [("onebit", {}, "sra", None), ("adaptive", {"pi": 0.05}, "allgather", None),
@@ -274,18 +278,20 @@ def per_rank(world: int, section: str, key: str) -> list:
 worlds = pytest.mark.parametrize("world", WORLDS)
 
 
+@slow
 @worlds
 @pytest.mark.parametrize("algo", ["allreduce", "allgather", "sra"])
 @pytest.mark.parametrize("m", MIN_NUMELS)
-def test_none_gives_the_exact_mean(world, algo, m):
+def test_fp32_gives_the_exact_mean(world, algo, m):
     mean = true_mean(world)
-    for r, res in enumerate(per_rank(world, "cases", label("none", {}, algo, m))):
+    for r, res in enumerate(per_rank(world, "cases", label("fp32", {}, algo, m))):
         for i, (out, expected) in enumerate(zip(res["out"], mean)):
             assert out.shape == expected.shape and out.dtype == torch.float32
             torch.testing.assert_close(out.double(), expected, rtol=1e-6, atol=1e-6,
                                        msg=lambda s: f"rank {r} tensor {SHAPES[i]}: {s}")
 
 
+@slow
 @worlds
 @pytest.mark.parametrize("case", CASES, ids=lambda c: label(*c))
 def test_results_are_bit_identical_on_every_rank(world, case):
@@ -296,6 +302,7 @@ def test_results_are_bit_identical_on_every_rank(world, case):
             assert torch.equal(a, b), f"rank {r} differs from rank 0 on tensor {SHAPES[i]}"
 
 
+@slow
 @worlds
 @pytest.mark.parametrize("case", CASES, ids=lambda c: label(*c))
 def test_bytes_sent_follow_the_accounting_formula(world, case):
@@ -310,6 +317,7 @@ def test_bytes_sent_follow_the_accounting_formula(world, case):
 ONE_PASS_EPS = {"linear8": 1 / 254, "dynamic8": 0.55 / 64, "qsgd-bits8": 1 / 127}
 
 
+@slow
 @worlds
 @pytest.mark.parametrize("cfg", ["linear8", "dynamic8", "qsgd-bits8"])
 def test_sra_and_allgather_agree_within_the_error_bound(world, cfg):
@@ -331,6 +339,7 @@ def test_sra_and_allgather_agree_within_the_error_bound(world, cfg):
         assert diff <= 2 * bound + second, (shape, diff, bound, second)
 
 
+@slow
 @worlds
 @pytest.mark.parametrize("name,rel", [("fp16", 2.0**-11), ("bf16", 2.0**-8)])
 @pytest.mark.parametrize("algo", ["allreduce", "allgather", "sra"])
@@ -345,6 +354,7 @@ def test_half_precision_paths_are_close_to_the_mean(world, name, rel, algo):
         assert (out[i].double() - mean[i]).abs().max().item() <= tol, shape
 
 
+@slow
 @worlds
 @pytest.mark.parametrize("case", COMPRESSED_CASES, ids=lambda c: label(*c))
 def test_uneven_shapes_keep_their_shape_and_stay_finite(world, case):
@@ -355,6 +365,7 @@ def test_uneven_shapes_keep_their_shape_and_stay_finite(world, case):
             assert bool(torch.isfinite(o).all()), shape
 
 
+@slow
 @worlds
 def test_fp16_reducer_hook_equals_torch_fp16_compress_hook(world):
     grads = per_rank(world, "fp16", "fp16")
@@ -368,6 +379,7 @@ def test_fp16_reducer_hook_equals_torch_fp16_compress_hook(world):
             assert float((a - b).abs().max()) <= tol, f"rank {r}"
 
 
+@slow
 @worlds
 def test_fp16_average_does_not_overflow_when_the_mean_fits(world):
     """PyTorch's fp16_compress_hook divides by the world size before the fp16 all_reduce;
@@ -379,6 +391,7 @@ def test_fp16_average_does_not_overflow_when_the_mean_fits(world):
 # ---------------------------------------------------------------- NaN
 
 
+@slow
 @worlds
 @pytest.mark.parametrize("name,p", NAN_NAMES, ids=[n for n, _ in NAN_NAMES])
 @pytest.mark.parametrize("algo", ["sra", "allgather"])
@@ -394,6 +407,7 @@ def test_nan_on_one_worker_gives_nan_on_every_rank(world, name, p, algo):
 # ---------------------------------------------------------------- error feedback across ranks
 
 
+@slow
 @worlds
 @pytest.mark.parametrize("name,p", EF_NAMES, ids=[n for n, _ in EF_NAMES])
 @pytest.mark.parametrize("algo", ["sra", "allgather"])
@@ -414,20 +428,36 @@ def test_error_feedback_keeps_the_cumulative_error_bounded(world, name, p, algo)
     assert free[-1] >= 3.0 * err[-1]
 
 
+@slow
 @worlds
 @pytest.mark.parametrize("name,p", EF_NAMES, ids=[n for n, _ in EF_NAMES])
 @pytest.mark.parametrize("algo", ["sra", "allgather"])
 def test_error_feedback_over_steps_on_1d_and_4d_tensors(world, name, p, algo):
-    """Residuals of a 1-D tensor, a conv weight and a (2, 600) tensor survive several steps."""
-    for res in per_rank(world, "ef_shape", label(name, p, algo)):
-        assert res["finite"]
-        for out, true in zip(res["out"], res["true"]):
-            assert out.shape == true.shape
+    """Residuals of a 1-D tensor, a conv weight and a (2, 600) tensor (fewer rows than ranks) carry
+    over the steps: the sum of the averaged outputs plus what is left in the residuals (the mean of
+    the workers' and, with sra, the servers' chunks) equals the sum of the true means."""
+    results = per_rank(world, "ef_shape", label(name, p, algo))
+    sum_true = [torch.zeros(s, dtype=torch.float64) for s in EF_SHAPE_CASE]
+    for t in range(EF_SHAPE_STEPS):
+        sum_true = [a + m for a, m in zip(sum_true, true_mean(world, 20 + t, EF_SHAPE_CASE))]
+    for r, res in enumerate(results):
+        assert all(torch.equal(a, b) for a, b in zip(res["out"], results[0]["out"])), f"rank {r}"
+    out = results[0]["out"]
+    for key, shape in enumerate(EF_SHAPE_CASE):
+        left = sum(res["state"]["ef"]["residuals"][key].double().reshape(shape) for res in results) / world
+        if algo == "sra":  # each rank's server residual covers its rows of the 2-D view, in rank order
+            chunks = [res["state"]["server_ef"]["residuals"][key].double() for res in results]
+            left = left + torch.cat(chunks).reshape(shape)
+        assert float(left.abs().max()) > 0  # something was held back
+        scale = float(sum_true[key].abs().max())
+        torch.testing.assert_close(out[key] + left, sum_true[key], rtol=0, atol=1e-5 * scale,
+                                   msg=lambda m: f"tensor {shape}: {m}")
 
 
 # ---------------------------------------------------------------- state_dict
 
 
+@slow
 @worlds
 @pytest.mark.parametrize("case", STATE_CASES, ids=lambda c: label(*c[:3]))
 def test_state_dict_roundtrip_reproduces_the_next_step(world, case):
@@ -450,22 +480,75 @@ def test_invalid_reducers_name_the_valid_choices():
         C.Reducer("qsgd", "allreduce")
     assert "sra" in str(err.value) and "allgather" in str(err.value)
     with pytest.raises(ValueError, match="valid") as err:
-        C.Reducer("none", "ring")
+        C.Reducer("fp32", "ring")
     assert "allreduce" in str(err.value)
-    with pytest.raises(ValueError, match="valid"):
-        C.Reducer("powersgd", "sra")
+    with pytest.raises(ValueError, match=r"powersgd runs only as a DDP communication hook.*ddp\.comm_hook"):
+        C.Reducer("powersgd")
     with pytest.raises(ValueError, match="valid"):
         C.Reducer("qsgd", bits=9)
     with pytest.raises(ValueError, match="valid"):
-        C.Reducer("none", min_compress_numel=-1)
-    with pytest.raises(ValueError, match="register"):
-        C.Reducer("powersgd").average([torch.zeros(4)])
+        C.Reducer("fp32", min_compress_numel=-1)
+    with pytest.raises(ValueError, match=r"2 tensors but 1 keys"):
+        C.Reducer("fp32").reduce([torch.zeros(4), torch.zeros(4)], [0])
+
+
+def test_invalid_hooks_name_the_valid_choices():
+    with pytest.raises(ValueError, match=r"algorithm 'sra' is invalid for 'powersgd'; valid: \['powersgd'\]"):
+        ddp.comm_hook("powersgd", "sra")
+    with pytest.raises(ValueError, match=r"matrix_rank=0 is invalid"):
+        ddp.comm_hook("powersgd", matrix_rank=0)
+    with pytest.raises(ValueError, match="unknown parameter 'bits'"):
+        ddp.comm_hook("powersgd", bits=4)
+    with pytest.raises(ValueError, match="unknown compressor 'nosuch'.*powersgd"):
+        ddp.comm_hook("nosuch")
+    with pytest.raises(ValueError, match=r"valid: \['allgather', 'sra'\]"):
+        ddp.comm_hook("qsgd", "allreduce")
+
+
+def test_comm_hook_picks_the_state_for_the_method():
+    cases = {("fp32", None): (ddp.ReducerHookState, "allreduce"), ("fp16", None): (ddp.CastHookState, "allreduce"),
+             ("bf16", None): (ddp.CastHookState, "allreduce"), ("fp16", "sra"): (ddp.ReducerHookState, "sra"),
+             ("qsgd", None): (ddp.ReducerHookState, "sra"), ("onebit", "allgather"): (ddp.ReducerHookState, "allgather"),
+             ("powersgd", None): (ddp.PowerSGDHookState, "powersgd")}
+    for (name, algo), (kind, expected) in cases.items():
+        state = ddp.comm_hook(name, algo)
+        assert type(state) is kind and state.compressor == name and state.algorithm == expected
+        assert state.history == [] and state.step == 0
+        assert state.params == C.check_params(name)
+    state = ddp.comm_hook("powersgd", matrix_rank=3, seed=7)
+    assert (state.powersgd.matrix_approximation_rank, state.powersgd.start_powerSGD_iter) == (3, 2)
+    state = ddp.comm_hook("qsgd", bits=2, min_compress_numel=0, error_feedback=True)
+    assert state.reducer.params["bits"] == 2 and state.reducer.min_compress_numel == 0 and state.reducer.ef is not None
+
+
+def test_hook_switch_starts_with_any_state_and_checks_later_ones():
+    warm, main = ddp.comm_hook("fp32"), ddp.comm_hook("qsgd")
+    switch = ddp.HookSwitch(warm)
+    switch.active = main  # not registered yet: nothing to check against
+    assert switch.active is main
 
 
 def test_state_of_another_configuration_is_refused():
     state = C.Reducer("onebit", "sra").state_dict()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="onebit/sra cannot be loaded into onebit/allgather"):
         C.Reducer("onebit", "allgather").load_state_dict(state)
+    with pytest.raises(ValueError, match="powersgd/powersgd cannot be loaded into fp16/allreduce"):
+        ddp.comm_hook("fp16").load_state_dict(ddp.comm_hook("powersgd").state_dict())
+
+
+def test_reduce_accumulates_a_step_until_end_step():
+    reducer = C.Reducer("fp32", min_compress_numel=0)  # one process: no group, the mean is the input
+    a, b = torch.arange(6.0).view(2, 3), torch.ones(5)
+    first = reducer.reduce([a], [0])
+    second = reducer.reduce([b], [1])
+    assert (first.numel, second.numel) == (6, 5) and reducer.history == [] and reducer.step == 0
+    assert reducer.current.numel == 11
+    done = reducer.end_step()
+    assert done.numel == 11 and reducer.history == [done] and reducer.step == 1 and reducer.current.numel == 0
+    stats = reducer.average([a, b])
+    assert stats.numel == 11 and len(reducer.history) == 2 and reducer.step == 2
+    assert torch.equal(a, torch.arange(6.0).view(2, 3)) and torch.equal(b, torch.ones(5))
+    assert all(s.bytes_sent == 0.0 for s in reducer.history)
 
 
 # ---------------------------------------------------------------- DDP training (2 ranks)
@@ -473,7 +556,7 @@ def test_state_of_another_configuration_is_refused():
 DDP_STEPS = 20
 DDP_RUNS = {
     "native": None,
-    "none": ("none", {}),
+    "fp32": ("fp32", {}),
     "qsgd8": ("qsgd", {"bits": 8}),
     "onebit": ("onebit", {}),
     "adaptive": ("adaptive", {"pi": 0.05}),
@@ -483,78 +566,161 @@ DDP_RUNS = {
 
 def _train(rank, run):
     model = make_mlp()
-    ddp = DDP(model)
-    reducer = None
+    ddp_model = DDP(model)
+    state = None
     if DDP_RUNS[run] is not None:
         name, p = DDP_RUNS[run]
-        reducer = C.Reducer(name, **p)
-        reducer.register(ddp)
+        state = ddp.comm_hook(name, **p)
+        state.register(ddp_model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     x, y = mlp_data(rank)
-    losses = []
+    losses, ranks = [], []
     for t in range(DDP_STEPS):
         batch = slice((t * 32) % 256, (t * 32) % 256 + 32)
         opt.zero_grad()
-        loss = F.cross_entropy(ddp(x[batch]), y[batch])
+        loss = F.cross_entropy(ddp_model(x[batch]), y[batch])
         loss.backward()
+        # the rank of the two larger weights' averaged gradients (PowerSGD: at most matrix_rank once it compresses)
+        ranks.append([int(torch.linalg.matrix_rank(model[i].weight.grad)) for i in (0, 2)])
         opt.step()
         with torch.no_grad():
             losses.append(float(F.cross_entropy(model(x), y)))
     params = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
-    history = None if reducer is None else [(s.bytes_sent, s.numel) for s in reducer.history]
-    return {"losses": losses, "params": params, "history": history}
+    history = None if state is None else [(s.bytes_sent, s.numel) for s in state.history]
+    extra = {}
+    if run == "powersgd":
+        extra["compression_stats"] = state.powersgd.compression_stats()
+        saved = state.state_dict()
+        fresh = ddp.comm_hook("powersgd", **DDP_RUNS[run][1])
+        fresh.load_state_dict(saved)
+        extra["restored"] = (fresh.step, fresh.powersgd.iter, sorted(fresh.powersgd.error_dict))
+        extra["saved"] = (state.step, state.powersgd.iter, sorted(state.powersgd.error_dict))
+    return {"losses": losses, "params": params, "history": history, "grad_ranks": ranks, **extra}
+
+
+def _switch(rank):
+    """HookSwitch over fp32 then qsgd: the switch hands the buckets to the active state only."""
+    model = make_mlp()
+    ddp_model = DDP(model)
+    warm, main = ddp.comm_hook("fp32"), ddp.comm_hook("qsgd", bits=8)
+    switch = ddp.HookSwitch(warm)
+    switch.register(ddp_model, [warm, main])
+    x, y = mlp_data(rank)
+    counts = []
+    for t in range(4):
+        switch.active = warm if t < 2 else main
+        F.cross_entropy(ddp_model(x[:32]), y[:32]).backward()
+        counts.append((len(warm.history), len(main.history)))
+    try:
+        switch.active = ddp.comm_hook("fp32")
+        refused = None
+    except ValueError as err:
+        refused = str(err)
+    return {"counts": counts, "refused": refused, "bound": len(main.param_index)}
 
 
 def ddp_training(rank: int, world: int) -> dict:
     torch.set_num_threads(1)
-    return {run: guard(_train, rank, run) for run in DDP_RUNS}
+    out = {run: guard(_train, rank, run) for run in DDP_RUNS}
+    out["switch"] = guard(_switch, rank)
+    return out
 
 
 @functools.lru_cache(maxsize=None)
-def ddp_results(world: int = 2) -> list[dict]:
+def ddp_results(world: int) -> list[dict]:
     return run_ranks(world, ddp_training, timeout=SPAWN_TIMEOUT)
 
 
-def ddp_run(run: str) -> list[dict]:
-    return [ok(r[run], f"DDP {run}") for r in ddp_results()]
+def ddp_run(run: str, world: int) -> list[dict]:
+    return [ok(r[run], f"DDP {run} (world {world})") for r in ddp_results(world)]
 
 
+# One worker trains as DDP over a one-process group: every method goes through its hook.
+DDP_WORLDS = pytest.mark.parametrize("world", [1, 2])
+NUMEL = sum(q.numel() for q in make_mlp().parameters())
+
+
+@slow
+@DDP_WORLDS
 @pytest.mark.parametrize("run", list(DDP_RUNS))
-def test_ddp_parameters_identical_on_every_rank(run):
-    res = ddp_run(run)
+def test_ddp_parameters_identical_on_every_rank(run, world):
+    res = ddp_run(run, world)
+    assert len(res) == world
     for r in res[1:]:
         assert torch.equal(r["params"], res[0]["params"])
 
 
-def test_ddp_hook_none_matches_native_ddp():
-    native = ddp_run("native")[0]["params"]
-    ours = ddp_run("none")[0]["params"]
-    torch.testing.assert_close(ours, native, rtol=1e-5, atol=1e-6)
+@slow
+@DDP_WORLDS
+def test_ddp_hook_fp32_matches_native_ddp(world):
+    native = ddp_run("native", world)[0]["params"]
+    ours = ddp_run("fp32", world)[0]["params"]
+    if world == 1:  # nothing to average: both hand the gradients back unchanged
+        assert torch.equal(ours, native)
+    else:
+        torch.testing.assert_close(ours, native, rtol=1e-5, atol=1e-6)
 
 
-def test_ddp_hook_qsgd8_stays_close_to_native():
+@slow
+@DDP_WORLDS
+def test_ddp_hook_qsgd8_stays_close_to_native(world):
     init = torch.cat([q.detach().reshape(-1) for q in make_mlp().parameters()])
-    native = ddp_run("native")[0]["params"]
-    ours = ddp_run("qsgd8")[0]["params"]
+    native = ddp_run("native", world)[0]["params"]
+    ours = ddp_run("qsgd8", world)[0]["params"]
+    assert not torch.equal(ours, native)  # it did quantize, with one worker too
     assert float((ours - native).norm() / native.norm()) < 0.02
     # and small against how far training moved the parameters
     assert float((ours - native).norm() / (native - init).norm()) < 0.05
 
 
-@pytest.mark.parametrize("run", ["native", "none", "qsgd8", "onebit", "adaptive", "powersgd"])
-def test_ddp_loss_decreases(run):
-    losses = [sum(ls) / len(ls) for ls in zip(*(r["losses"] for r in ddp_run(run)))]
+@slow
+@DDP_WORLDS
+@pytest.mark.parametrize("run", list(DDP_RUNS))
+def test_ddp_loss_decreases(run, world):
+    losses = [sum(ls) / len(ls) for ls in zip(*(r["losses"] for r in ddp_run(run, world)))]
     assert losses[-1] < 0.9 * losses[0], losses
 
 
-@pytest.mark.parametrize("run", ["none", "qsgd8", "onebit", "adaptive", "powersgd"])
-def test_ddp_history_has_one_stepstats_per_step(run):
-    numel = sum(q.numel() for q in make_mlp().parameters())
-    for r in ddp_run(run):
+@slow
+@DDP_WORLDS
+@pytest.mark.parametrize("run", [r for r in DDP_RUNS if r != "native"])
+def test_ddp_history_has_one_stepstats_per_step(run, world):
+    for r in ddp_run(run, world):
         hist = r["history"]
         assert len(hist) == DDP_STEPS
-        assert all(b > 0 and n == numel for b, n in hist)
-    if run == "none":
-        assert all(b == pytest.approx(ring(4 * numel, 2)) for b, _ in hist)
-    else:  # compressed: fewer bytes than fp32 once compression is on
-        assert hist[-1][0] < ring(4 * numel, 2)
+        assert all(n == NUMEL for _, n in hist)
+        if world == 1:  # nothing is sent
+            assert all(b == 0.0 for b, _ in hist)
+        elif run == "fp32":
+            assert all(b == pytest.approx(ring(4 * NUMEL, 2)) for b, _ in hist)
+        else:  # compressed: fewer bytes than fp32 once compression is on
+            assert all(b > 0 for b, _ in hist) and hist[-1][0] < ring(4 * NUMEL, 2)
+
+
+@slow
+@DDP_WORLDS
+def test_powersgd_compresses_from_its_third_step(world):
+    """PowerSGD averages in fp32 for two steps, then sends rank-2 factors of the two larger
+    weights' gradients: their averaged gradients have rank 2 from then on, with one worker too."""
+    native = ddp_run("native", world)[0]["grad_ranks"]
+    assert all(min(ranks) > 2 for ranks in native)
+    for r in ddp_run("powersgd", world):
+        assert all(min(ranks) > 2 for ranks in r["grad_ranks"][:2]), r["grad_ranks"]
+        assert all(ranks == [2, 2] for ranks in r["grad_ranks"][2:]), r["grad_ranks"]
+        # torch's own count: elements before and after compression, over the compressing steps
+        rate, before, after = r["compression_stats"]
+        assert before == (DDP_STEPS - 2) * NUMEL
+        assert after == (DDP_STEPS - 2) * (NUMEL - 64 * 32 - 64 * 64 + (64 + 32) * 2 + (64 + 64) * 2)
+        assert r["restored"] == r["saved"] and r["saved"][:2] == (DDP_STEPS, DDP_STEPS)
+        if world == 2:  # the factors and the uncompressed tensors travel in three ring all_reduces
+            assert r["history"][0][0] == ring(4 * NUMEL, 2)
+            assert r["history"][-1][0] == ring(4 * (after // (DDP_STEPS - 2)), 2)
+
+
+@slow
+@DDP_WORLDS
+def test_hook_switch_hands_buckets_to_the_active_state(world):
+    for r in ddp_run("switch", world):
+        assert r["counts"] == [(1, 0), (2, 0), (2, 1), (2, 2)]
+        assert "was not registered with this HookSwitch" in r["refused"]
+        assert r["bound"] == len(list(make_mlp().parameters()))

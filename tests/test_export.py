@@ -1,7 +1,9 @@
-"""Tests of orchestrator.export and plots: tables, summary and figures from hand-written trial records (no Ray)."""
+"""Tests of the results code (orchestrator.tables, summary, plots, export): tables, summary and figures
+from hand-written trial records (no Ray)."""
 
 from __future__ import annotations
 
+import ast
 import math
 import statistics
 import textwrap
@@ -10,10 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.cli import main
-from orchestrator.config import load_sweep
-from orchestrator.export import RESULT_COLUMNS, export
+from orchestrator.export import export
 from orchestrator.records import make_record, read_records, write_record
+from orchestrator.summary import summary_markdown
+from orchestrator.settings import FP32, SIXTEEN_BIT
+from orchestrator.tables import RESULT_COLUMNS, trials_table
 
 SWEEP = """\
 name: e
@@ -21,12 +24,12 @@ workload: {model: mlp, width: 8, depth: 1, epochs: 2, target_accuracy: 0.9}
 sweep:
   num_workers: [1, 2]
   seed: [0, 1]
-  compressor: [none, fp16, {name: qsgd, bits: 4}, onebit]
+  compressor: [fp32, fp16, {name: qsgd, bits: 4}, onebit]
 """
 
 # Per compressor: seconds of training per epoch, median step time, test accuracy per epoch (by seed).
 PLAN = {
-    "none": (10.0, 0.010, {0: [0.85, 0.92], 1: [0.85, 0.94]}),
+    "fp32": (10.0, 0.010, {0: [0.85, 0.92], 1: [0.85, 0.94]}),
     "fp16": (8.0, 0.008, {0: [0.91, 0.93], 1: [0.91, 0.93]}),
     "qsgd": (5.0, 0.005, {0: [0.80, 0.91], 1: [0.80, 0.91]}),
     "onebit": (4.0, 0.004, {0: [0.50, 0.60], 1: [0.50, 0.60]}),  # never reaches the target
@@ -37,22 +40,29 @@ DIVERGED = ("onebit", 2, 0)
 
 def history(compressor: str, seed: int, target: float) -> list[dict]:
     epoch_s, step_s, accuracies = PLAN[compressor]
+    return epochs(epoch_s, step_s, accuracies[seed], target)
+
+
+def epochs(epoch_s: float, step_s: float, accuracies: list[float], target: float) -> list[dict]:
+    """The per-epoch metrics the training loop reports, for these accuracies."""
     rows, reached = [], None
-    for epoch, accuracy in enumerate(accuracies[seed], 1):
+    for epoch, accuracy in enumerate(accuracies, 1):
         if reached is None and accuracy >= target:
             reached = epoch * epoch_s
         rows.append({
             "epoch": epoch, "train_time_s": epoch * epoch_s, "test_accuracy": accuracy, "test_loss": 0.3,
             "train_loss": 0.3, "step_time_s": step_s, "samples_per_s": 64 / step_s,
             "compute_s": step_s / 2, "encode_s": step_s / 8, "comm_s": step_s / 4, "decode_s": step_s / 8,
-            "bytes_per_step": 1000.0, "compression_ratio": 4.0, "time_to_accuracy_s": reached,
-            "status": "running" if epoch < len(accuracies[seed]) else "ok",
+            "bytes_sent": 1000.0, "compression_ratio": 4.0, "time_to_accuracy_s": reached,
+            "status": "running" if epoch < len(accuracies) else "ok",
         })
     return rows
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
+    from orchestrator.config import load_sweep
+
     folder = tmp_path_factory.mktemp("results") / "e"
     sweep_file = folder.parent / "e.yaml"
     sweep_file.write_text(SWEEP)
@@ -103,15 +113,15 @@ def test_statuses_and_reasons(trials):
 def test_accuracy_columns(trials):
     for column in ("final_accuracy", "best_accuracy"):
         assert trials[column].between(0, 1).all()
-    assert pick(trials, "none", 1, 1).final_accuracy == 0.94
+    assert pick(trials, "fp32", 1, 1).final_accuracy == 0.94
     assert pick(trials, "fp16", 1, 0).best_accuracy == 0.93
     # vs the mean final accuracy of fp32 over both seeds at the same workload and scale
     assert pick(trials, "qsgd", 2, 0).accuracy_delta == pytest.approx(0.91 - 0.93)
-    assert pick(trials, "none", 1, 0).accuracy_delta == pytest.approx(0.92 - 0.93)
+    assert pick(trials, "fp32", 1, 0).accuracy_delta == pytest.approx(0.92 - 0.93)
 
 
 def test_fp32_speedup_is_exactly_one(trials):
-    fp32 = trials[trials.compressor == "none"]
+    fp32 = trials[trials.compressor == "fp32"]
     assert (fp32.speedup_vs_fp32 == 1.0).all()
     assert (fp32.speedup_basis == "time_to_accuracy").all()
     assert (trials[trials.compressor == "fp16"].speedup_vs_16bit == 1.0).all()
@@ -136,7 +146,7 @@ def test_step_metrics_are_carried(trials):
     row = pick(trials, "qsgd", 2, 1)
     assert row.step_time_s == 0.005
     assert row.compute_s + row.encode_s + row.comm_s + row.decode_s == pytest.approx(0.005)
-    assert row.bytes_per_step == 1000.0 and row.compression_ratio == 4.0
+    assert row.bytes_sent == 1000.0 and row.compression_ratio == 4.0
     assert row.train_time_s == 10.0 and row.epochs_run == 2
 
 
@@ -144,13 +154,13 @@ def test_history_has_one_row_per_trial_and_epoch(results):
     history = pd.read_csv(results / "history.csv")
     assert len(history) == 15 * 2 + 1
     assert {"trial_id", "name", "compressor", "num_workers", "epoch", "test_accuracy", "train_time_s",
-            "bytes_per_step", "status"} <= set(history.columns)
+            "bits", "bytes_sent", "status"} <= set(history.columns)
     assert history.test_accuracy.between(0, 1).all()
 
 
 def test_summary_shows_mean_and_spread_over_seeds_and_failures(results):
     summary = (results / "summary.md").read_text()
-    fp32_row = next(line for line in summary.splitlines() if line.startswith("| fp32 (none)"))
+    fp32_row = next(line for line in summary.splitlines() if line.startswith("| fp32 |"))
     spread = statistics.stdev([0.92, 0.94])
     assert f"0.9300 ± {spread:.4f} (n=2)" in fp32_row
     assert "20.0 ± 0.0 (n=2)" in fp32_row  # time to accuracy
@@ -169,6 +179,8 @@ def test_plots_are_png_files(results):
 
 
 def test_export_command_rebuilds_from_the_records(results, tmp_path, capsys):
+    from orchestrator.cli import main
+
     (results / "trials.csv").unlink()
     (results / "plots" / "speedup_vs_workers.png").unlink()
     assert main(["export", str(results)]) == 0
@@ -179,6 +191,8 @@ def test_export_command_rebuilds_from_the_records(results, tmp_path, capsys):
 
 
 def test_records_reject_unknown_status(tmp_path):
+    from orchestrator.config import load_sweep
+
     (trial,) = load_sweep(_single(tmp_path)).trials
     with pytest.raises(ValueError, match="status"):
         make_record(trial, "running", None, [])
@@ -192,3 +206,100 @@ def _single(tmp_path: Path) -> Path:
         baselines: false
         """))
     return path
+
+
+# ---------------------------------------------------------------- tables from records built here (no sweep file)
+
+
+def record(compressor: str, seed: int, history: list[dict], workers: int = 1, lr: float = 0.1,
+           params: dict | None = None, algorithm: str | None = "allreduce", status: str = "ok") -> dict:
+    settings = {"compressor": compressor, "compressor_params": params or {}, "algorithm": algorithm,
+                "num_workers": workers, "seed": seed, "lr": lr, "target_accuracy": 0.9}
+    name = f"{compressor}-lr{lr}-w{workers}-s{seed}"
+    return make_record({"name": name, "trial_id": name, **settings}, status, None, history)
+
+
+@pytest.fixture(scope="module")
+def direct() -> pd.DataFrame:
+    qsgd = {"params": {"bits": 4, "bucket": 512}, "algorithm": "sra"}
+    records = [
+        record("fp32", 0, epochs(10.0, 0.010, [0.85, 0.92], 0.9)),  # reaches 0.9 at 20 s
+        record("fp32", 1, epochs(12.0, 0.012, [0.85, 0.96], 0.9)),  # at 24 s
+        record("fp32", 0, epochs(100.0, 0.1, [0.95, 0.95], 0.9), lr=0.05),  # another workload
+        record("bf16", 0, epochs(8.0, 0.008, [0.91, 0.93], 0.9)),  # the 16-bit baseline: no fp16 trials
+        record("qsgd", 0, epochs(5.0, 0.005, [0.80, 0.91], 0.9), **qsgd),  # at 10 s
+        record("qsgd", 2, epochs(6.0, 0.006, [0.80, 0.50], 0.9), **qsgd),  # never; no baseline of seed 2
+        record("qsgd", 0, epochs(5.0, 0.005, [0.80, 0.91], 0.9), workers=2, **qsgd),  # no baseline at 2 workers
+    ]
+    return trials_table(records).set_index("name")
+
+
+def test_baseline_names_are_defined_once():
+    assert FP32 == "fp32" and SIXTEEN_BIT == ("fp16", "bf16")
+
+
+def test_compressor_params_become_columns_and_rows_start_with_the_baselines(direct):
+    assert list(direct.compressor) == ["fp32", "fp32", "fp32", "bf16", "qsgd", "qsgd", "qsgd"]
+    assert direct.loc["qsgd-lr0.1-w1-s0", "bits"] == 4 and direct.loc["qsgd-lr0.1-w1-s0", "bucket"] == 512
+    assert direct.loc["fp32-lr0.1-w1-s0", ["bits", "bucket"]].isna().all()
+    assert "compressor_params" not in direct.columns
+
+
+def test_speedup_and_delta_against_the_same_seed_else_the_mean_over_seeds(direct):
+    same_seed = direct.loc["qsgd-lr0.1-w1-s0"]
+    assert same_seed.speedup_vs_fp32 == pytest.approx(20.0 / 10.0)
+    assert same_seed.speedup_basis == "time_to_accuracy"
+    assert same_seed.accuracy_delta == pytest.approx(0.91 - (0.92 + 0.96) / 2)  # not the lr=0.05 trial
+    other_seeds = direct.loc["qsgd-lr0.1-w1-s2"]
+    assert other_seeds.speedup_vs_fp32 == pytest.approx((0.010 + 0.012) / 2 / 0.006)
+    assert other_seeds.speedup_basis == "step_time"
+    assert other_seeds.accuracy_delta == pytest.approx(0.50 - (0.92 + 0.96) / 2)
+    alone = direct.loc["qsgd-lr0.1-w2-s0"]
+    assert pd.isna(alone[["speedup_vs_fp32", "speedup_basis", "accuracy_delta"]]).all()
+    assert (direct[direct.compressor == "fp32"].speedup_vs_fp32 == 1.0).all()
+
+
+def test_the_16bit_baseline_is_bf16_where_there_is_no_fp16(direct):
+    assert direct.loc["bf16-lr0.1-w1-s0", "speedup_vs_16bit"] == 1.0
+    assert direct.loc["qsgd-lr0.1-w1-s0", "speedup_vs_16bit"] == pytest.approx(8.0 / 10.0)
+    assert direct.loc["qsgd-lr0.1-w1-s2", "speedup_vs_16bit"] == pytest.approx(0.008 / 0.006)
+    assert direct.loc["qsgd-lr0.1-w1-s2", "speedup_vs_16bit_basis"] == "step_time"
+
+
+def test_summary_labels_configurations_in_the_one_label_format(direct):
+    lines = summary_markdown(direct.reset_index(), "direct").splitlines()
+    rows = [line.split(" | ")[0].removeprefix("| ") for line in lines if line.startswith("| ")][1:]
+    assert rows == ["fp32 lr=0.05", "fp32 lr=0.1",
+                    "bf16 lr=0.1", "qsgd bits=4 bucket=512 lr=0.1"]
+    qsgd = next(line for line in lines if line.startswith("| qsgd"))
+    # w=1: seeds 0 and 2 (one reached the target; one speedup compared step times); w=2: one trial
+    assert f"0.7050 ± {statistics.stdev([0.91, 0.50]):.4f} (n=2)" in qsgd
+    assert "10.0 (n=1) (1/2 reached)" in qsgd
+    assert "0.9100 (n=1) | 10.0 (n=1) | – |" in qsgd
+    assert f"{statistics.fmean([2.0, 0.011 / 0.006]):.2f}x ±" in qsgd and "\\*" in qsgd
+
+
+def test_results_modules_import_in_one_direction():
+    """tables <- summary, plots <- export: no module imports one after it (issue #9)."""
+    order = ["labels", "tables", "summary", "plots", "export"]
+    folder = Path(__file__).resolve().parents[1] / "orchestrator"
+    for i, module in enumerate(order):
+        tree = ast.parse((folder / f"{module}.py").read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                     and node.level and node.module is None for alias in node.names}
+        assert not imported & set(order[i:]), f"{module} imports {imported & set(order[i:])}"
+
+
+def test_step_time_bars_are_milliseconds_per_configuration_and_worker_count(direct):
+    from orchestrator.plots import step_time_bars
+
+    bars = step_time_bars(direct.reset_index())
+    assert list(bars.columns) == ["compute", "encode", "comm", "decode"]
+    assert list(bars.index) == [
+        "fp32 lr=0.05 num_workers=1", "fp32 lr=0.1 num_workers=1",
+        "bf16 lr=0.1 num_workers=1", "qsgd bits=4 bucket=512 lr=0.1 num_workers=1",
+        "qsgd bits=4 bucket=512 lr=0.1 num_workers=2"]
+    # fp32 at lr=0.1: seeds with 10 ms and 12 ms steps, half of each in compute
+    assert bars.loc["fp32 lr=0.1 num_workers=1", "compute"] == pytest.approx(5.5)
+    assert bars.sum(axis=1).iloc[-1] == pytest.approx(5.0)

@@ -9,13 +9,14 @@ from orchestrator.train_loop import train
 from tests.distributed import run_ranks
 
 SMALL_MLP = {"dataset": "mnist", "model": "mlp", "width": 128, "depth": 2, "batch_size": 64,
-             "optimizer": "momentum", "lr": 0.05, "seed": 0}
+             "optimizer": "sgd", "lr": 0.05, "seed": 0}
 
 
 def _train_on_rank(rank: int, world: int, config: dict) -> dict:
     return train(config)
 
 
+@pytest.mark.slow
 def test_mlp_reaches_93_percent_on_builtin_mnist_with_one_worker():
     reports = []
     result = train({**SMALL_MLP, "width": 256, "epochs": 3, "target_accuracy": 0.93}, report=reports.append)
@@ -27,18 +28,19 @@ def test_mlp_reaches_93_percent_on_builtin_mnist_with_one_worker():
     # Train time only grows, and one worker sends nothing.
     times = [m["train_time_s"] for m in reports]
     assert times == sorted(times) and times[0] > 0
-    assert all(m["bytes_per_step"] == 0 for m in reports)
+    assert all(m["bytes_sent"] == 0 for m in reports)
     assert math.isnan(result["final"]["compression_ratio"])
     weights, biases = 784 * 256 + 256 * 256 + 256 * 10, 256 + 256 + 10
     assert result["model_summary"] == {"parameters": weights + biases, "grad_bytes_fp32": 4 * (weights + biases),
                                        "compressible_share": pytest.approx(weights / (weights + biases))}
 
 
-def test_two_workers_with_none_match_one_worker_with_the_doubled_batch():
+@pytest.mark.slow
+def test_two_workers_with_fp32_match_one_worker_with_the_doubled_batch():
     # One step per epoch, so the per-epoch train loss is the per-step loss curve.
     config = {**SMALL_MLP, "epochs": 6, "max_steps_per_epoch": 1}
     single = train({**config, "batch_size": 128})
-    double = run_ranks(2, _train_on_rank, {**config, "compressor": "none"})
+    double = run_ranks(2, _train_on_rank, {**config, "compressor": "fp32"})
     for ranked in double:
         assert [m["train_loss"] for m in ranked["history"]] == pytest.approx(
             [m["train_loss"] for m in single["history"]], rel=1e-5)
@@ -46,33 +48,36 @@ def test_two_workers_with_none_match_one_worker_with_the_doubled_batch():
             [m["test_accuracy"] for m in single["history"]], abs=1e-3)
     # fp32 ring all_reduce of every gradient: 2 (N-1) / N * 4 bytes per element.
     numel = 784 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10
-    assert double[0]["final"]["bytes_per_step"] == pytest.approx(4 * numel)
+    assert double[0]["final"]["bytes_sent"] == pytest.approx(4 * numel)
     assert double[0]["final"]["compression_ratio"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compressor,params", [("qsgd", {"bits": 8}), ("dynamic8", {})])
 def test_8bit_methods_end_within_one_point_of_fp32(compressor, params):
     config = {**SMALL_MLP, "epochs": 2}
-    base = run_ranks(2, _train_on_rank, {**config, "compressor": "none"})[0]
-    low = run_ranks(2, _train_on_rank, {**config, "compressor": compressor, **params})[0]
+    base = run_ranks(2, _train_on_rank, {**config, "compressor": "fp32"})[0]
+    low = run_ranks(2, _train_on_rank, {**config, "compressor": compressor, "compressor_params": params})[0]
     assert low["status"] == "ok"
     assert abs(low["final"]["test_accuracy"] - base["final"]["test_accuracy"]) <= 0.01
     assert low["final"]["compression_ratio"] > 3.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compressor,params", [("onebit", {}), ("adaptive", {"pi": 0.05})])
 def test_biased_methods_with_error_feedback_still_train(compressor, params):
     config = {**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 40}
-    result = run_ranks(2, _train_on_rank, {**config, "compressor": compressor, **params})[0]
+    result = run_ranks(2, _train_on_rank, {**config, "compressor": compressor, "compressor_params": params})[0]
     losses = [m["train_loss"] for m in result["history"]]
     assert result["status"] == "ok"
     assert losses[1] < losses[0] < math.log(10)
     assert result["final"]["test_accuracy"] > 0.5
 
 
+@pytest.mark.slow
 def test_fp32_warmup_epochs_send_fp32_then_compressed_bytes():
     config = {**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 3, "warmup_epochs": 1,
-              "compressor": "qsgd", "bits": 4}
+              "compressor": "qsgd", "compressor_params": {"bits": 4}}
     history = run_ranks(2, _train_on_rank, config)[0]["history"]
     assert history[0]["compression_ratio"] == pytest.approx(1.0)
     assert history[1]["compression_ratio"] > 4.0
@@ -92,3 +97,16 @@ def test_fail_at_epoch_raises_and_unknown_settings_are_rejected():
         train({**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 1, "fail_at_epoch": 2})
     with pytest.raises(ValueError, match="bitz"):
         train({**SMALL_MLP, "bitz": 4})
+    with pytest.raises(ValueError, match="unknown parameter 'bitz'"):
+        train({**SMALL_MLP, "compressor": "qsgd", "compressor_params": {"bitz": 4}})
+
+
+@pytest.mark.parametrize("compressor, params", [("powersgd", {"matrix_rank": 1}), ("onebit", {})])
+def test_one_worker_runs_the_compressor_through_the_ddp_hook(compressor, params):
+    # powersgd (after its fp32 start iterations) and onebit change the update; fp32 does not
+    config = {**SMALL_MLP, "epochs": 1, "max_steps_per_epoch": 4}
+    base = train({**config, "compressor": "fp32"})
+    low = train({**config, "compressor": compressor, "compressor_params": params})
+    assert low["status"] == "ok"
+    assert low["final"]["train_loss"] != base["final"]["train_loss"]
+    assert low["final"]["bytes_sent"] == 0  # nothing leaves a one-process group

@@ -456,7 +456,7 @@ def test_vgg_cifar_head_count():
         ("lenet5", (1, 28, 28), {"width": 10}, "takes no options"),
         ("mlp", (1, 28, 28), {"width": 0}, "width"),
         ("mlp", (1, 28, 28), {"depth": True}, "depth"),
-        ("vgg11", (3, 32, 32), {"head": "tiny"}, "imagenet, cifar"),
+        ("vgg11", (3, 32, 32), {"head": "tiny"}, "'imagenet', 'cifar'"),
         ("vgg11", (3, 32, 32), {"batch_norm": "yes"}, "batch_norm"),
         ("lenet5", (784,), {}, "channels, height, width"),
         ("mlp", (1, -2), {}, "input_shape"),

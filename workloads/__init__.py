@@ -4,19 +4,24 @@ Knows nothing of compression or Ray; everything here is plain torch on CPU or GP
 """
 
 from .dataset_types import DatasetFormatError, DatasetPair, Split
-from .datasets import DATASET_NAMES, build_dataset
-from .models import MODEL_NAMES, build_model
+from .datasets import DATA_DIR, DATASET_NAMES, DATASET_OPTIONS, build_dataset, dataset_options
+from .models import MODEL_NAMES, MODEL_OPTIONS, build_model, model_options
 from .sharding import shard_indices
 from .summary import model_summary
 
 __all__ = [
     "DATASET_NAMES",
+    "DATASET_OPTIONS",
+    "DATA_DIR",
     "MODEL_NAMES",
+    "MODEL_OPTIONS",
     "DatasetFormatError",
     "DatasetPair",
     "Split",
     "build_dataset",
     "build_model",
+    "dataset_options",
+    "model_options",
     "model_summary",
     "shard_indices",
 ]

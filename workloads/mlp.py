@@ -11,15 +11,12 @@ import math
 
 from torch import nn
 
-from .options import check_int
 
 
 def build_mlp(
     input_shape: tuple[int, ...], num_classes: int, *, width: int = 4096, depth: int = 3
 ) -> nn.Module:
     """Flatten, then ``depth`` x (Linear(width), ReLU), then Linear(num_classes); depth 0 = linear model."""
-    width = check_int("width", width, 1)
-    depth = check_int("depth", depth, 0)
     layers: list[nn.Module] = [nn.Flatten()]
     features = math.prod(input_shape)
     for _ in range(depth):

@@ -6,40 +6,57 @@ the docstring of its module (mlp, lenet, resnet, vgg, alexnet).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from torch import nn
 
+from compressors.params import SHAPE, Param, resolve
+
 from .alexnet import build_alexnet
 from .lenet import build_lenet5
 from .mlp import build_mlp
-from .options import call_builder, check_int, check_shape
+from .options import Builder, call_builder, distinct_options
 from .resnet import build_resnet18, build_resnet20, build_resnet50
-from .vgg import build_vgg11, build_vgg16
+from .vgg import HEADS, build_vgg11, build_vgg16
 
-MODELS: dict[str, Callable[..., nn.Module]] = {
-    "mlp": build_mlp,
-    "lenet5": build_lenet5,
-    "resnet20": build_resnet20,
-    "resnet18": build_resnet18,
-    "resnet50": build_resnet50,
-    "vgg11": build_vgg11,
-    "vgg16": build_vgg16,
-    "alexnet": build_alexnet,
+# None = the builder's own default, named in the doc.
+WIDTH = Param("width", None, int, low=1, nullable=True, doc="mlp: units per hidden layer (null: 4096)")
+DEPTH = Param("depth", None, int, low=0, nullable=True, doc="mlp: hidden layers, 0 = a linear model (null: 3)")
+BATCH_NORM = Param("batch_norm", None, bool, nullable=True,
+                   doc="vgg11/vgg16: BatchNorm after every convolution (null: true)")
+HEAD = Param("head", None, str, choices=HEADS, nullable=True,
+             doc="vgg11/vgg16: imagenet = 4096-4096 classifier, cifar = one linear layer (null: imagenet)")
+
+MODELS: dict[str, Builder] = {
+    "mlp": Builder(build_mlp, (WIDTH, DEPTH)),
+    "lenet5": Builder(build_lenet5),
+    "resnet20": Builder(build_resnet20),
+    "resnet18": Builder(build_resnet18),
+    "resnet50": Builder(build_resnet50),
+    "vgg11": Builder(build_vgg11, (BATCH_NORM, HEAD)),
+    "vgg16": Builder(build_vgg16, (BATCH_NORM, HEAD)),
+    "alexnet": Builder(build_alexnet),
 }
 MODEL_NAMES = tuple(MODELS)
+MODEL_OPTIONS = distinct_options(MODELS)
+_INPUT = (Param("input_shape", None, SHAPE), Param("num_classes", None, int, low=1))
+
+
+def model_options(name: str) -> tuple[Param, ...]:
+    """The options model ``name`` takes (ValueError for an unknown model)."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; valid choices: {', '.join(MODELS)}")
+    return MODELS[name].options
 
 
 def build_model(name: str, input_shape: Sequence[int], num_classes: int, **options: Any) -> nn.Module:
     """A freshly initialised model mapping [B, *input_shape] to logits [B, num_classes].
 
-    Options (None = default): mlp: width (4096), depth (3 hidden layers);
-    vgg11/vgg16: batch_norm (true), head ("imagenet" | "cifar"); others none.
-    Unknown names or options raise ValueError listing the valid ones. Weights
-    come from torch's global RNG: seed it (``torch.manual_seed``) for
-    identical replicas.
+    Options (None = default): see ``MODEL_OPTIONS`` (mlp: width, depth;
+    vgg11/vgg16: batch_norm, head; others none). Unknown names or options
+    raise ValueError listing the valid ones. Weights come from torch's global
+    RNG: seed it (``torch.manual_seed``) for identical replicas.
     """
-    shape = check_shape("input_shape", input_shape)
-    num_classes = check_int("num_classes", num_classes, 1)
-    return call_builder("model", name, MODELS, (shape, num_classes), options)
+    shape = resolve("model input", _INPUT, {"input_shape": input_shape, "num_classes": num_classes})
+    return call_builder("model", name, MODELS, (tuple(shape["input_shape"]), shape["num_classes"]), options)

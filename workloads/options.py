@@ -1,69 +1,57 @@
-"""Builders chosen by name, with keyword options: lookup, option checking, value checks.
+"""Builders chosen by name, each declaring its keyword options as ``Param``s.
 
-A builder's keyword-only parameters are its options. Their defaults live in one
-place (the builder's signature) and the valid option names are read from it, so
-a misspelt key in a sweep file fails loudly instead of being silently ignored.
+A builder's options are declared once, next to it in its registry
+(``models.MODELS``, ``datasets.DATASETS``), with their type, valid range and
+doc; ``call_builder`` checks the given options against them, so a misspelt or
+foreign option (``width`` for lenet5) fails loudly instead of being ignored, and
+the orchestrator's settings schema reads the same declarations.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from compressors.params import Param, resolve
 
-def call_builder(
-    kind: str,
-    name: str,
-    builders: Mapping[str, Callable[..., Any]],
-    args: Sequence[Any],
-    options: Mapping[str, Any],
-) -> Any:
-    """Call ``builders[name](*args, **options)``, or raise ValueError naming the valid choices.
 
-    Options whose value is None count as not given: the flat training config
-    carries every key (``width: null`` for a convnet, for instance).
+@dataclass(frozen=True)
+class Builder:
+    """A model or dataset constructor and the options it takes."""
+
+    fn: Callable[..., Any]
+    options: tuple[Param, ...] = ()
+
+
+def call_builder(kind: str, name: str, builders: Mapping[str, Builder], args: Sequence[Any],
+                 options: Mapping[str, Any]) -> Any:
+    """Call ``builders[name].fn(*args, **options)`` after checking ``options`` against its declaration.
+
+    Options whose value is None count as not given (the builder's own default):
+    the flat training config carries every key (``width: null`` for a convnet).
     """
     if name not in builders:
         raise ValueError(f"unknown {kind} {name!r}; valid choices: {', '.join(builders)}")
     builder = builders[name]
-    valid = [
-        p.name
-        for p in inspect.signature(builder).parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    ]
     given = {key: value for key, value in options.items() if value is not None}
-    unknown = sorted(set(given) - set(valid))
+    unknown = sorted(set(given) - {p.name for p in builder.options})
     if unknown:
+        valid = [p.name for p in builder.options]
         hint = f"valid options: {', '.join(valid)}" if valid else f"{kind} {name!r} takes no options"
         raise ValueError(f"unknown option(s) {', '.join(unknown)} for {kind} {name!r}; {hint}")
-    return builder(*args, **given)
+    checked = resolve(f"{kind} {name!r}", builder.options, given)
+    return builder.fn(*args, **{k: v for k, v in checked.items() if v is not None})
 
 
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """An int >= minimum (bools rejected: ``True`` as a width is a config mistake)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
-    return value
-
-
-def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
-    return value
-
-
-def check_shape(name: str, value: Any) -> tuple[int, ...]:
-    """A non-empty sequence of positive ints (YAML gives lists, torch gives Size)."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) == 0:
-        raise ValueError(f"{name} must be a non-empty list of positive integers, got {value!r}")
-    return tuple(check_int(f"{name}[{i}]", dim, 1) for i, dim in enumerate(value))
+def distinct_options(builders: Mapping[str, Builder]) -> tuple[Param, ...]:
+    """Every option any builder takes, once (a name means the same thing for every builder)."""
+    seen: dict[str, Param] = {}
+    for builder in builders.values():
+        for param in builder.options:
+            if seen.setdefault(param.name, param) != param:
+                raise AssertionError(f"option {param.name!r} is declared differently by two builders")
+    return tuple(seen.values())
 
 
 def image_channels(model: str, input_shape: tuple[int, ...]) -> int:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from .options import check_int
-
 
 def shard_indices(
     num_samples: int, rank: int, world_size: int, epoch: int, seed: int, shuffle: bool = True
@@ -20,8 +18,8 @@ def shard_indices(
     the padding, cover all samples, and are identical on every rank that calls
     this with the same arguments, so no communication is needed.
     """
-    check_int("num_samples", num_samples, 0)
-    check_int("world_size", world_size, 1)
+    if num_samples < 0 or world_size < 1:
+        raise ValueError(f"num_samples must be >= 0 and world_size >= 1, got {num_samples}, {world_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank}")
     if shuffle:

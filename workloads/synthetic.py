@@ -27,7 +27,6 @@ from pathlib import Path
 import torch
 
 from .dataset_types import DatasetPair, Split
-from .options import check_int, check_shape
 
 LATENT_DIM = 32
 NOISE_STD = 0.5
@@ -55,12 +54,9 @@ def load_synthetic(
     """``num_samples`` training and ``test_samples`` (default max(256, num_samples // 4)) test samples."""
     if data_dir is not None:
         raise ValueError(f"the synthetic dataset reads no files; leave data_dir unset (got {data_dir})")
-    shape = check_shape("input_shape", input_shape)
-    num_classes = check_int("num_classes", num_classes, 2)
-    num_samples = check_int("num_samples", num_samples, 1)
-    test_samples = check_int(
-        "test_samples", max(256, num_samples // 4) if test_samples is None else test_samples, 1
-    )
+    shape = tuple(input_shape)
+    if test_samples is None:
+        test_samples = max(256, num_samples // 4)
     gen = torch.Generator().manual_seed(seed)
     teacher = torch.randn(num_classes, LATENT_DIM, generator=gen)
     teacher /= teacher.norm(dim=1, keepdim=True)

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from .options import check_bool, check_choice, image_channels
+from .options import image_channels
 
 POOL = "M"
 VGG11 = (64, POOL, 128, POOL, 256, 256, POOL, 512, 512, POOL, 512, 512, POOL)
@@ -51,8 +51,6 @@ def _vgg(
     batch_norm: bool,
     head: str,
 ) -> nn.Module:
-    batch_norm = check_bool("batch_norm", batch_norm)
-    head = check_choice("head", head, HEADS)
     layers: list[nn.Module] = []
     in_channels = image_channels(name, input_shape)
     for item in config:

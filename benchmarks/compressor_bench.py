@@ -1,10 +1,10 @@
 """Encode / decode throughput of every compressor.
 
-    python -m compressors.bench [--sizes 20,22,24,26] [--repeats 5] [--threads 1]
-                                [--device cpu|cuda] [--json PATH]
-                                [--compressors none,qsgd,...] [--cols 1024]
+    python -m benchmarks.compressor_bench [--sizes 20,22,24,26] [--repeats 5] [--threads 1]
+                                          [--device cpu|cuda] [--json PATH]
+                                          [--compressors fp32,qsgd,...] [--cols 1024]
 
-For each compressor in ``COMPRESSORS`` with its default parameters (``qsgd``
+For each compressor in ``compressors.COMPRESSORS`` with its default parameters (``qsgd``
 at ``bits`` 2, 4 and 8) and each size ``n = 2**e`` (``--sizes`` lists the
 exponents), a float32 Gaussian tensor of shape ``(n // cols, cols)`` (a weight
 matrix; ``cols`` defaults to 1024) is encoded and the payload decoded: one
@@ -13,9 +13,11 @@ Throughput is ``4 n`` bytes of float32 input per second (GB/s, 1e9 bytes).
 CPU runs are timed with ``time.perf_counter`` under ``torch.set_num_threads``;
 CUDA runs with CUDA events after a ``synchronize``.
 
-Prints a table (compressor, n, encode GB/s, decode GB/s, payload bytes, ratio
-vs fp32) and, with ``--json PATH``, saves it with the machine's description
-(CPU model, threads, torch version, GPU name, date).
+Prints a table (configuration, n, encode GB/s, decode GB/s, payload bytes,
+``payload_ratio`` = 4 n / payload bytes, see ``compressors.accounting``) and,
+with ``--json PATH``, saves it with the machine's description
+(``orchestrator.env_info.describe``: CPU model, torch version, GPUs, date) and
+the thread count.
 """
 from __future__ import annotations
 
@@ -30,8 +32,10 @@ from typing import Any
 
 import torch
 
-from . import machine
-from .registry import COMPRESSORS, get
+import compressors
+from compressors import accounting
+from orchestrator import env_info
+from orchestrator.labels import config_label
 
 QSGD_BITS = (2, 4, 8)
 
@@ -39,7 +43,7 @@ QSGD_BITS = (2, 4, 8)
 def configs(names: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
     """(name, params) of every benchmarked configuration, in registry order."""
     out: list[tuple[str, dict[str, Any]]] = []
-    for name in COMPRESSORS:
+    for name in compressors.COMPRESSORS:
         if names is not None and name not in names:
             continue
         if name == "qsgd":
@@ -50,11 +54,11 @@ def configs(names: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
 
 
 def label(name: str, params: dict[str, Any]) -> str:
-    return name + "".join(f" {k}={v}" for k, v in params.items())
+    return config_label({"compressor": name, **params}, params)
 
 
 def machine_info(device: torch.device, threads: int) -> dict[str, Any]:
-    return {**machine.describe(), "threads": threads, "torch_num_threads": torch.get_num_threads(),
+    return {**env_info.describe(), "threads": threads, "torch_num_threads": torch.get_num_threads(),
             "device": str(device)}
 
 
@@ -75,7 +79,7 @@ def timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
 
 
 def bench_one(name: str, params: dict[str, Any], x: torch.Tensor, repeats: int) -> dict[str, Any]:
-    c = get(name, **params)
+    c = compressors.get(name, **params)
     device = x.device
     n = x.numel()
     # warm-up (allocator, lazy tables, CUDA context)
@@ -89,7 +93,7 @@ def bench_one(name: str, params: dict[str, Any], x: torch.Tensor, repeats: int) 
         _, t = timed(lambda: c.decode(payload), device)
         dec.append(t)
     out = c.decode(payload)
-    # a decode that returns a view of the payload (``none``) copies nothing: its time is the header's
+    # a decode that returns a view of the payload (``fp32``) copies nothing: its time is the header's
     aliases = out.numel() > 0 and out.untyped_storage().data_ptr() == payload.untyped_storage().data_ptr()
     nbytes = int(payload.numel())
     if nbytes != c.payload_nbytes(x.shape):
@@ -108,7 +112,7 @@ def bench_one(name: str, params: dict[str, Any], x: torch.Tensor, repeats: int) 
         "encode_gbps": 4 * n / enc_s / 1e9,
         "decode_gbps": 4 * n / dec_s / 1e9,
         "payload_nbytes": nbytes,
-        "ratio_vs_fp32": 4 * n / nbytes,
+        "payload_ratio": accounting.payload_ratio(n, nbytes),
         "decode_is_view": bool(aliases),
         "encode_runs_s": enc,
         "decode_runs_s": dec,
@@ -122,19 +126,20 @@ def input_tensor(n: int, cols: int, device: torch.device) -> torch.Tensor:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'compressor':<16} {'n':>10} {'encode GB/s':>12} {'decode GB/s':>12} {'payload bytes':>14} {'ratio':>7}"
+    head = (f"{'compressor':<16} {'n':>10} {'encode GB/s':>12} {'decode GB/s':>12} {'payload bytes':>14} "
+            f"{'payload_ratio':>13}")
     lines = [head, "-" * len(head)]
     for r in rows:
         mark = "*" if r.get("decode_is_view") else " "
         lines.append(f"{r['label']:<16} {'2^' + str(r['log2_n']):>10} {r['encode_gbps']:>12.3f} "
-                     f"{r['decode_gbps']:>11.3f}{mark} {r['payload_nbytes']:>14d} {r['ratio_vs_fp32']:>7.2f}")
+                     f"{r['decode_gbps']:>11.3f}{mark} {r['payload_nbytes']:>14d} {r['payload_ratio']:>13.2f}")
     if any(r.get("decode_is_view") for r in rows):
         lines.append("* decode returns a view of the payload (no copy): the time is the header check alone")
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m compressors.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.compressor_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="20,22,24,26", help="exponents e of n = 2**e, comma separated")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per measurement (median reported)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (CPU)")
@@ -153,9 +158,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error("--repeats and --threads must be >= 1, --cols >= 0")
     if args.compressors is not None:
         args.compressors = [s.strip() for s in args.compressors.split(",") if s.strip()]
-        unknown = [s for s in args.compressors if s not in COMPRESSORS]
+        unknown = [s for s in args.compressors if s not in compressors.COMPRESSORS]
         if unknown:
-            ap.error(f"--compressors: unknown {unknown}; valid: {list(COMPRESSORS)}")
+            ap.error(f"--compressors: unknown {unknown}; valid: {list(compressors.COMPRESSORS)}")
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: CUDA is not available")
     return args
@@ -167,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     info = machine_info(device, args.threads)
     print(f"# {info['cpu_model']} | torch {info['torch']} | threads {info['torch_num_threads']} | "
-          f"device {info.get('gpu', info['device'])} | {info['date']}", flush=True)
+          f"device {info['device']}{' (' + ', '.join(info['gpus']) + ')' if info['gpus'] else ''} | {info['date']}",
+          flush=True)
     rows: list[dict[str, Any]] = []
     for e in args.sizes:
         x = input_tensor(2**e, args.cols, device)

@@ -1,0 +1,69 @@
+"""Run a function on N ranks of one process group in spawned processes; collect what each returns.
+
+Shared by the multi-process tests and the allreduce benchmark.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, backend: str, fn: Callable, args: tuple, results: Any) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    try:
+        results[rank] = ("ok", fn(rank, world, *args))
+    except BaseException:  # reported to the parent, which raises
+        results[rank] = ("error", traceback.format_exc())
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ranks(world: int, fn: Callable, *args: Any, backend: str = "gloo", timeout: float | None = 120) -> list[Any]:
+    """``fn(rank, world, *args)`` on every rank of a ``backend`` group; the return values, by rank.
+
+    ``fn`` and ``args`` must be picklable (a module-level function); so must
+    what it returns.  With ``nccl`` rank r uses ``cuda:r``.  A rank that raises
+    or dies makes this raise RuntimeError with its traceback; ranks still
+    running after ``timeout`` seconds (None: no limit) are killed and this
+    raises TimeoutError.
+    """
+    ctx = mp.get_context("spawn")
+    with ctx.Manager() as manager:
+        results = manager.dict()
+        port = free_port()
+        procs = [ctx.Process(target=_worker, args=(r, world, port, backend, fn, args, results)) for r in range(world)]
+        for p in procs:
+            p.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for p in procs:
+            p.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        stuck = [r for r, p in enumerate(procs) if p.is_alive()]
+        for r in stuck:
+            procs[r].kill()
+            procs[r].join()
+        if stuck:
+            raise TimeoutError(f"ranks {stuck} did not finish within {timeout} s")
+        out = []
+        for r in range(world):
+            status, value = results.get(r, ("error", f"rank {r} died with exit code {procs[r].exitcode}"))
+            if status != "ok":
+                raise RuntimeError(f"rank {r} failed:\n{value}")
+            out.append(value)
+        return out

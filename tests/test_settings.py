@@ -1,0 +1,102 @@
+"""Tests of orchestrator.settings (the one schema) and the training-loop CLI that validates through it."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import compressors
+from orchestrator import settings, train_loop
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_readme_settings_tables_equal_the_schema():
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- settings:start -->\n(.*?)<!-- settings:end -->", text, re.S)
+    assert block, "README.md lacks the settings block"
+    assert block.group(1) == settings.markdown(), "README is stale: paste `python -m orchestrator.settings`"
+
+
+def test_every_setting_is_declared_once_with_a_doc():
+    names = [p.name for p in (*settings.SWEEP, *settings.CLUSTER, *settings.AXES, *settings.WORKLOAD)]
+    assert len(names) == len(set(names))
+    for name in names:
+        assert settings.param(name).doc, name
+    for name in compressors.NAMES:
+        for p in compressors.params_of(name):
+            assert p.doc, (name, p.name)
+
+
+def test_compressor_parameters_never_share_a_name_with_a_setting():
+    # they are columns of trials.csv beside the settings; a parameter named lr would shadow the optimizer's
+    setting_names = {p.name for p in (*settings.SWEEP, *settings.CLUSTER, *settings.AXES, *settings.WORKLOAD)}
+    assert not set(settings.compressor_param_names()) & setting_names
+
+
+@pytest.mark.parametrize("given, words", [
+    ({"epochs": "abc"}, ["epochs", "[1, 100000]"]),
+    ({"lr": math.nan}, ["lr", "(0, inf)"]),
+    ({"momentum": 0.9, "optimizer": "adam"}, ["momentum", "adam takes no momentum"]),
+    ({"model": "lenet5", "width": 8}, ["width", "lenet5"]),
+    ({"dataset": "synthetic", "data_dir": "x"}, ["data_dir", "reads no files"]),
+    ({"warmup_epochs": 2, "epochs": 2}, ["warmup_epochs", "< epochs"]),
+    ({"compressor": "qsgd", "compressor_params": {"bits": 9}}, ["bits", "[2, 8]"]),
+    ({"compressor": "qsgd", "compressor_params": {"lr": 0.1}}, ["unknown parameter 'lr'"]),
+    ({"compressor": "onebit", "algorithm": "allreduce"}, ["algorithm", "sra"]),
+    ({"num_workers": 4}, ["unknown training setting", "num_workers"]),
+    ({"cpus_per_worker": 7}, ["unknown training setting", "cpus_per_worker"]),
+])
+def test_check_training_names_the_bad_setting(given, words):
+    with pytest.raises(ValueError) as caught:
+        settings.check_training(given)
+    for word in words:
+        assert word in str(caught.value), str(caught.value)
+
+
+def test_sgd_takes_the_momentum_it_is_given():
+    import torch
+
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    assert train_loop._optimizer(settings.check_training({"momentum": 0.5}), params).defaults["momentum"] == 0.5
+    assert train_loop._optimizer(settings.check_training({}), params).defaults["momentum"] == 0.9
+    assert train_loop._optimizer(settings.check_training({"momentum": 0.0}), params).defaults["momentum"] == 0.0
+
+
+def test_check_training_fills_defaults_and_the_compressor_parameters():
+    config = settings.check_training({"compressor": "qsgd", "compressor_params": {"bits": 2}, "lr": 1})
+    assert config["lr"] == 1.0 and isinstance(config["lr"], float)
+    assert config["compressor_params"] == {"bits": 2, "bucket": 512, "norm": "max"}
+    assert set(config) == set(settings.TRAINING_KEYS)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator.train_loop", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--epochs", "abc"], ["argument --epochs", "an int in [1, 100000]", "'abc'"]),
+    (["--lr", "nan"], ["argument --lr", "(0, inf)"]),
+    (["--num_workers", "4"], ["unrecognized arguments: --num_workers 4"]),
+    (["--cpus_per_worker", "7"], ["unrecognized arguments: --cpus_per_worker 7"]),
+    (["--optimizer", "adam", "--momentum", "0.9"], ["adam takes no momentum"]),
+    (["--compressor", "qsgd", "--compressor_params", "{bits: 1}"], ["bits", "[2, 8]"]),
+])
+def test_training_cli_exits_2_naming_the_flag(args, words):
+    done = _cli(*args)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    for word in words:
+        assert word in done.stderr, done.stderr
+
+
+def test_training_cli_help_lists_only_training_settings():
+    text = _cli("--help").stdout
+    flags = set(re.findall(r"^\s+(?:-h, )?--(\w+)", text, re.M))
+    assert flags == {*settings.TRAINING_KEYS, "help", "json"}
