@@ -26,6 +26,7 @@ No ``from __future__ import annotations`` here: DDP compares the hooks'
 annotations with ``dist.GradBucket`` and ``Future[Tensor]`` at registration.
 """
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ registry.register_hook_method(POWERSGD, (
 # PowerSGD averages in fp32 for this many steps before it compresses (PyTorch's minimum with error feedback).
 START_POWERSGD_ITER = 2
 
+
 def _done(value: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(value)
@@ -67,7 +69,7 @@ def bucket_views(bucket: dist.GradBucket) -> list[torch.Tensor]:
     return views
 
 
-class HookState:
+class HookState(ABC):
     """What every hook state offers; subclasses set ``hook`` and keep the statistics."""
 
     hook: Callable  # hook(state, bucket) -> Future[Tensor]
@@ -79,14 +81,14 @@ class HookState:
         return f"{type(self).__name__}({self.compressor!r}, algorithm={self.algorithm!r}, {self.params})"
 
     @property
+    @abstractmethod
     def history(self) -> list[StepStats]:
         """One ``StepStats`` per finished step."""
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def step(self) -> int:
         """Finished steps."""
-        raise NotImplementedError
 
     def bind(self, model: torch.nn.Module) -> None:
         """Learn what the hook needs of ``model`` (a DDP model or its module) before the first step."""
@@ -96,11 +98,13 @@ class HookState:
         self.bind(model)
         model.register_comm_hook(self, type(self).hook)
 
+    @abstractmethod
     def state_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """What a checkpoint needs to resume this state."""
 
+    @abstractmethod
     def load_state_dict(self, state: dict[str, Any], device: torch.device | str = "cpu") -> None:
-        raise NotImplementedError
+        """Resume from ``state_dict()``'s output."""
 
     def _check_state(self, state: dict[str, Any]) -> None:
         if (state["compressor"], state["algorithm"]) != (self.compressor, self.algorithm):

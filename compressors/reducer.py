@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from . import collectives
 from .feedback import ErrorFeedback
-from .registry import algorithms, check_params, default_algorithm, get
+from .registry import algorithms, default_algorithm, get
 from .stats import StepLedger, StepStats
 
 
@@ -36,7 +36,7 @@ class Reducer:
                  error_feedback: bool | None = None, **params: Any) -> None:
         self.compressor = compressor
         self.codec = get(compressor, **params)  # unknown names and bad parameters raise here
-        self.params = check_params(compressor, **params)
+        self.params = self.codec.config  # every parameter, defaults filled
         algorithm = algorithm or default_algorithm(compressor)
         valid = algorithms(compressor)
         if algorithm not in valid:

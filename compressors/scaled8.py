@@ -7,6 +7,8 @@ holding NaN or Inf decodes to NaN/Inf through its maximum.
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from . import chunks, dynamic_tree, wire
@@ -18,6 +20,8 @@ BLOCK = Param("block", 0, int, low=0, high=2**31 - 1, doc="entries that share on
 
 class _AbsmaxScaled(Compressor):
     params = (BLOCK,)
+    # A code the encoder never emits: decode rejects a payload holding it (None: every code is valid).
+    invalid_code: ClassVar[int | None] = None
 
     def _nblocks(self, n: int) -> int:
         return -(-n // (self.block or max(n, 1)))
@@ -66,6 +70,9 @@ class _AbsmaxScaled(Compressor):
         nb = self._nblocks(n)
         absmax = wire.section(payload, start, nb, torch.float32)
         codes = wire.section(payload, start + 4 * nb, n, torch.uint8)
+        # One check over the whole section (one pass, one device sync), not one per piece.
+        if self.invalid_code is not None and bool((codes == self.invalid_code).any()):
+            raise wire.PayloadError(f"{self.name}: code {self.invalid_code} in payload, which its encoder never emits")
         out = torch.empty(n, dtype=torch.float32, device=payload.device)
         for a, b, row in self._pieces(n):
             values = self._dequantize(codes[a:b]).view(-1, row)
@@ -93,6 +100,7 @@ class Dynamic8(_AbsmaxScaled):
 class Linear8(_AbsmaxScaled):
     """255 uniform levels over [-max, max]: code = rint(x / max * 127) + 127."""
     name = "linear8"
+    invalid_code = 255  # codes are 0..254
     wire_id = 5
     examples = ({}, {"block": 4}, {"block": 5}, {"block": 256})
 
@@ -101,7 +109,4 @@ class Linear8(_AbsmaxScaled):
         return (q + 127).to(torch.uint8)
 
     def _dequantize(self, codes):
-        # The encoder emits 0..254; 255 can only come from a corrupted or foreign payload.
-        if bool((codes == 255).any()):
-            raise wire.PayloadError("linear8: code 255 in payload; valid codes are 0..254")
         return (codes.to(torch.float32) - 127.0) * (1.0 / 127.0)

@@ -150,7 +150,6 @@ def _read_yaml(path: Path) -> Any:
 
 _SECTIONS = ("workload", "cluster", "sweep")
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
-_ENTRY_KEYS = ("name", "algorithm", "workload")  # the rest of a compressor entry: its parameters
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from .settings import FP32, SIXTEEN_BIT, compressor_param_names
 
 __all__ = [
     "STEP_METRICS", "MODEL_COLUMNS", "RESULT_COLUMNS", "ID_COLUMNS",
-    "trials_table", "history_table", "trial_rows", "history_rows",
+    "trials_table", "history_table", "history_rows",
     "accuracy_delta", "speedups", "sixteen_bit_baseline",
     "flat_settings", "settings_columns", "varying_settings", "label_keys", "config_labels", "numeric",
 ]
@@ -137,11 +137,6 @@ def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = N
         result = speedups(trials, ok[ok["compressor"] == baseline])
         trials[speedup], trials[basis] = result["speedup"], result["basis"]
     return trials.reindex(columns=[*ID_COLUMNS, *settings, *RESULT_COLUMNS])
-
-
-def trial_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``trials_table(records)`` as one dict per row (None where a value is missing)."""
-    return _plain(trials_table(records)).to_dict("records")
 
 
 def _own_results(history: pd.DataFrame) -> pd.DataFrame:
