@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
 def _print_outcome(results: Path) -> None:
     """The summary table and where everything is, as the last thing a run prints."""
     summary = results / "summary.md"
+    if not any((results / "trials").glob("*.json")):
+        print(f"\nno trial has finished yet; results will be in {results}")
+        return
     if summary.is_file():
         print()
         print(summary.read_text().rstrip())

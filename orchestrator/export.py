@@ -16,6 +16,8 @@ orchestrator.plots, and configurations are labelled by orchestrator.labels.
   ``algorithm``, ``num_workers``, ``seed``, ``use_gpu``, ``backend`` and the
   workload keys (``dataset`` ... ``min_compress_numel``, test hooks).
 - ``epochs_run``: epochs reported (fewer than ``epochs`` if stopped early).
+- ``attempts``: how many times the trial's workers started: 1, more after restarts
+  under ``max_failures`` (every result is the last attempt's), 0 if never placed.
 - ``final_accuracy``: test accuracy after the last epoch run, in [0, 1].
 - ``best_accuracy``: highest test accuracy over the epochs.
 - ``accuracy_delta``: ``final_accuracy`` minus the mean ``final_accuracy`` of the

@@ -9,9 +9,11 @@ Layout of ``<results>/<sweep name>/``::
     ray/                  Ray Tune and Ray Train storage (logs, per-run state)
 
 A record is ``{"trial_id", "name", "settings", "status", "reason", "history",
-"finished_at"}``: ``status`` is "ok", "diverged" or "failed", ``reason`` says
-why a trial did not finish "ok", ``history`` holds the per-epoch metrics the
-training loop reported. The records are the source of truth: every table and
+"model_summary", "attempts", "finished_at"}``: ``status`` is "ok", "diverged" or
+"failed", ``reason`` says why a trial did not finish "ok", ``history`` holds the
+per-epoch metrics the training loop reported in its last attempt (``attempts``
+counts the starts of the trial's workers: a restart under ``max_failures``
+begins the epochs again). The records are the source of truth: every table and
 plot is rebuilt from them, and ``--resume`` skips the trial ids they hold.
 """
 
@@ -33,9 +35,12 @@ def trials_dir(results: Path) -> Path:
 
 
 def make_record(trial: dict[str, Any], status: str, reason: str | None,
-                history: list[dict[str, Any]], model_summary: dict[str, Any] | None = None) -> dict[str, Any]:
+                history: list[dict[str, Any]], model_summary: dict[str, Any] | None = None, *,
+                attempts: int = 1) -> dict[str, Any]:
     """A record for ``trial`` (a flat dict from orchestrator.config) that ended in ``status``;
-    ``model_summary`` is the training loop's (absent when the trial failed before it returned)."""
+    ``model_summary`` is the training loop's (absent when the trial failed before it returned);
+    ``attempts``: how many times its workers started (restarts under max_failures; 0 if never
+    placed); ``history`` holds the last attempt's epochs."""
     if status not in FINISHED:
         raise ValueError(f"status must be one of {FINISHED}, got {status!r}")
     settings = {k: v for k, v in trial.items() if k not in ("name", "trial_id")}
@@ -47,6 +52,7 @@ def make_record(trial: dict[str, Any], status: str, reason: str | None,
         "reason": reason,
         "history": history,
         "model_summary": model_summary,
+        "attempts": attempts,
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 

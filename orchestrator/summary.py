@@ -22,17 +22,18 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str) ->
     """The seed papers' table as Markdown; ``trials`` is tables.trials_table (or its rows)."""
     trials = pd.DataFrame(trials)
     if trials.empty:
-        return f"# {title}\n\nNo trials.\n"
+        return f"# {title}\n\nNo trial has finished yet.\n"
     trials = trials.assign(label=config_labels(trials))
     labels = list(dict.fromkeys(trials["label"]))
     workers = sorted(set(trials["num_workers"].tolist()))
     counts = trials["status"].value_counts()
     targets = ", ".join(format_value(t) for t in sorted(set(trials["target_accuracy"].dropna().tolist())))
+    targets = f" Target accuracy {targets}." if targets else ""
     lines = [
         f"# {title}",
         "",
         f"{len(trials)} trials: {counts.get('ok', 0)} ok, {counts.get('diverged', 0)} diverged, "
-        f"{counts.get('failed', 0)} failed. Target accuracy {targets}.",
+        f"{counts.get('failed', 0)} failed.{targets}",
         "",
         "Cells: mean ± sample standard deviation over the \"ok\" trials (seeds), with n trials. "
         "Accuracy: final test accuracy. Time to accuracy: seconds of training until the target "

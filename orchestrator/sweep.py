@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from . import env_info
 from .config import Sweep, training_config
 from .export import export
+from .placement import placement_problem
 from .progress import Progress
 from .records import finished_ids, make_record, write_record
 
@@ -35,6 +36,10 @@ from .records import finished_ids, make_record, write_record
 _RAY_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
 _OBJECT_STORE_BYTES = 256 * 1024**2  # trials exchange only metrics; keep local Ray small
 _TRIAL_CPUS = 0.01  # the Tune trial only waits on its TorchTrainer
+
+
+class Unplaceable(RuntimeError):
+    """A trial's workers can never be placed on the cluster as it is."""
 
 
 class ResultsExist(RuntimeError):
@@ -92,11 +97,12 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         _export_or_warn(results, progress)
         return results, 0
 
+    _start_ray(address, sweep.cluster)
     import ray
     from ray import tune
 
-    _start_ray(address)
     logging.getLogger("ray.tune.execution.tune_controller").addFilter(_NoTrialTracebacks())
+    logging.getLogger("ray.tune.tune").addFilter(_NoTuneResumeAdvice())
     try:
         environment = env_info.collect()
         environment["ray_cluster_resources"] = ray.cluster_resources()
@@ -130,7 +136,8 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     _export_or_warn(results, progress)
     unfinished = len([t for t in todo if t["trial_id"] not in finished_ids(results)])
     if unfinished:
-        progress.note(f"interrupted: {unfinished} trial(s) not finished; run again with --resume")
+        progress.note(f"interrupted: {unfinished} trial(s) not finished; to run them: "
+                      f"lowprec run {sweep.path} --results {results} --resume")
     return results, unfinished
 
 
@@ -150,18 +157,26 @@ def trial_dirname(trial: dict[str, Any]) -> str:
     return f"{safe}-{trial['trial_id']}" if safe else trial["trial_id"]
 
 
-def _start_ray(address: str | None) -> None:
-    """Join ``address`` (or RAY_ADDRESS, set by ``ray job submit``), else start a local Ray."""
-    import ray
-
+def _start_ray(address: str | None, cluster: dict[str, Any]) -> None:
+    """Join ``address`` (or RAY_ADDRESS, set by ``ray job submit``), else start a local Ray that
+    listens on 127.0.0.1 only. Call before anything imports ray (the local address is read then)."""
     os.environ.update(_RAY_ENV)
     # Old Tune output engine: it honours verbose=0 (the new one still prints boxes).
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        # Ray's node address is the loopback one where Ray clusters are off (as on macOS): then
+        # every server of a local Ray, its metrics endpoints too, listens on 127.0.0.1 only.
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import ray
+
     # Workers must import this checkout of the project (also where it is not pip-installed).
     package_root = str(Path(__file__).resolve().parent.parent)
     python_path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-    runtime_env = {"env_vars": {**_RAY_ENV, "PYTHONPATH": python_path}}
-    address = address or os.environ.get("RAY_ADDRESS")
+    env_vars = {**_RAY_ENV, "PYTHONPATH": python_path}
+    if cluster["placement_timeout_s"] is not None:  # read by Ray Train's controller
+        env_vars["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = str(cluster["placement_timeout_s"])
+    runtime_env = {"env_vars": env_vars}
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
     else:
@@ -169,7 +184,7 @@ def _start_ray(address: str | None) -> None:
             address="local",  # a new Ray even where `ray start` left a cluster address behind
             object_store_memory=_OBJECT_STORE_BYTES,
             include_dashboard=_dashboard_installed(),
-            dashboard_host="127.0.0.1",  # not on every interface by default
+            dashboard_host="127.0.0.1",
             runtime_env=runtime_env,
             log_to_driver=False,  # worker logs stay in the Ray session's log folder
         )
@@ -192,7 +207,7 @@ def _trial_dirname(trial: Any) -> str:
 
 def _run_trial(config: dict[str, Any]) -> None:
     """The Tune trial: fit one TorchTrainer for one grid point (exceptions fail the trial)."""
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train import ControllerError, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -204,6 +219,9 @@ def _run_trial(config: dict[str, Any]) -> None:
     resources = {"CPU": cluster["cpus_per_worker"]}
     if cluster["use_gpu"]:
         resources["GPU"] = cluster["gpus_per_worker"]
+    problem = placement_problem(trial["num_workers"], resources, _node_resources())
+    if problem:
+        raise Unplaceable(problem)
     backend = cluster["backend"]
     if backend == "auto":
         backend = "nccl" if cluster["use_gpu"] else "gloo"
@@ -215,12 +233,40 @@ def _run_trial(config: dict[str, Any]) -> None:
         run_config=RunConfig(
             name=trial_dirname(trial),  # the run's name on the dashboard's Train page, and its folder
             storage_path=run["storage_path"],
-            failure_config=FailureConfig(max_failures=cluster["max_failures"]),
+            # A placement that times out fails the trial instead of being retried forever.
+            failure_config=FailureConfig(
+                max_failures=cluster["max_failures"],
+                controller_failure_limit=-1 if cluster["placement_timeout_s"] is None else 0),
             callbacks=[TuneReportCallback()],
         ),
         torch_config=TorchConfig(backend=backend),
     )
-    trainer.fit()
+    try:
+        trainer.fit()
+    except ControllerError as error:
+        # Ray's message advises an environment variable; the setting here is placement_timeout_s.
+        if type(error.controller_failure).__name__ == "WorkerGroupStartupTimeoutError":
+            raise Unplaceable(
+                f"the {trial['num_workers']} worker(s) were not placed within placement_timeout_s = "
+                f"{cluster['placement_timeout_s']:g} s: the resources they need stayed taken (by other "
+                "trials, or outside this sweep); raise placement_timeout_s, set it to null, or lower "
+                "max_concurrent_trials") from None
+        raise
+
+
+def _node_resources() -> list[dict[str, float]]:
+    """The resources of the cluster's alive nodes, less what this Tune trial itself holds."""
+    import ray
+
+    here = ray.get_runtime_context().get_node_id()
+    nodes = []
+    for node in ray.nodes():
+        if node["Alive"]:
+            resources = dict(node["Resources"])
+            if node["NodeID"] == here:
+                resources["CPU"] = resources.get("CPU", 0.0) - _TRIAL_CPUS
+            nodes.append(resources)
+    return nodes
 
 
 def _train_worker(config: dict[str, Any]) -> None:
@@ -238,6 +284,9 @@ def _train_worker(config: dict[str, Any]) -> None:
             gauges.update(metrics)
         ray.train.report({"epoch_metrics": metrics})
 
+    # Each start of the worker group (the first, and each restart under max_failures) says so
+    # first: its epochs replace those of the attempt before.
+    ray.train.report({"attempt_started": True})
     outcome = train(config["settings"], report=report)
     ray.train.report({"outcome": {key: outcome[key] for key in ("status", "reason", "model_summary")}})
 
@@ -249,13 +298,21 @@ def _recorder(results: Path, progress: Progress) -> Any:
     class Recorder(tune.Callback):
         def __init__(self) -> None:
             self.history: dict[str, list[dict[str, Any]]] = {}
+            self.attempts: dict[str, int] = {}
             self.outcome: dict[str, dict[str, Any]] = {}
 
         def on_trial_start(self, iteration, trials, trial, **info):
             self.history[trial.trial_id] = []
+            self.attempts[trial.trial_id] = 0
             progress.started(_trial_name(trial))
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
+            if result.get("attempt_started"):
+                self.attempts[trial.trial_id] += 1
+                if self.history[trial.trial_id]:
+                    progress.note(f"{_trial_name(trial)}: workers restarted (attempt "
+                                  f"{self.attempts[trial.trial_id]}); its epochs start again")
+                self.history[trial.trial_id] = []
             if "epoch_metrics" in result:
                 self.history[trial.trial_id].append(result["epoch_metrics"])
                 progress.epoch(_trial_name(trial), result["epoch_metrics"], trial.config["trial"]["epochs"])
@@ -273,7 +330,9 @@ def _recorder(results: Path, progress: Progress) -> Any:
 
         def _finish(self, trial, status: str, reason: str | None, model_summary: dict | None = None) -> None:
             history = self.history.pop(trial.trial_id, [])
-            write_record(results, make_record(trial.config["trial"], status, reason, history, model_summary))
+            attempts = self.attempts.pop(trial.trial_id, 0)
+            write_record(results, make_record(trial.config["trial"], status, reason, history, model_summary,
+                                              attempts=attempts))
             progress.finished_trial(_trial_name(trial), status, reason, history)
             try:
                 export(results)
@@ -289,6 +348,14 @@ def _error_reason(trial: Any) -> str:
     text = path.read_text() if path and path.is_file() else ""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "the trial failed without an error message"
+
+
+class _NoTuneResumeAdvice(logging.Filter):
+    """After an interrupt Tune advises ``Tuner.restore(...)``; this tool resumes with ``--resume``
+    (run_sweep says so)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tuner.restore(" not in record.getMessage()
 
 
 class _NoTrialTracebacks(logging.Filter):

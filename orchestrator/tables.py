@@ -37,7 +37,7 @@ STEP_METRICS = ("step_time_s", "compute_s", "encode_s", "comm_s", "decode_s",
 # workloads.model_summary of the trained model, as the training loop returned it.
 MODEL_COLUMNS = ("parameters", "grad_bytes_fp32", "compressible_share")
 RESULT_COLUMNS = (
-    "epochs_run", "final_accuracy", "best_accuracy", "accuracy_delta", "time_to_accuracy_s",
+    "epochs_run", "attempts", "final_accuracy", "best_accuracy", "accuracy_delta", "time_to_accuracy_s",
     "train_time_s", "speedup_vs_fp32", "speedup_basis", "speedup_vs_16bit", "speedup_vs_16bit_basis",
     *STEP_METRICS, *MODEL_COLUMNS,
 )
@@ -124,6 +124,7 @@ def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = N
     own = _own_results(history_table(records) if history is None else history)
     trials = base.join(models).join(own, on="trial_id")
     trials["epochs_run"] = trials["epochs_run"].fillna(0).astype(int)
+    trials["attempts"] = [r.get("attempts", 1) for r in records]  # records before attempts were counted: 1
 
     order = _compressor_order()
     rank = trials["compressor"].map(lambda name: order.get(name, len(order)))

@@ -261,3 +261,101 @@ def test_an_unwritable_table_warns_and_keeps_the_records(tmp_path):
     assert run_sweep(sweep, results, resume=True, stream=out) == (results.resolve(), 0)
     assert "could not write the tables" in out.getvalue() and "lowprec export" in out.getvalue()
     assert len(list((results / "trials").glob("*.json"))) == len(sweep.trials)
+
+
+# ---------------------------------------------------------------- 2: placement
+
+
+def test_workers_that_fit_count_whole_bundles_per_node():
+    from orchestrator.placement import workers_that_fit
+
+    assert workers_that_fit({"CPU": 0.49}, [{"CPU": 1.99}]) == 4  # Ray's 1e-4 units: 4 * 0.49 <= 1.99
+    assert workers_that_fit({"CPU": 2.0}, [{"CPU": 1.5}, {"CPU": 1.5}]) == 0  # 3 CPUs, no node holds 2
+    assert workers_that_fit({"CPU": 1.0, "GPU": 1.0}, [{"CPU": 8.0, "GPU": 2.0}, {"CPU": 8.0}]) == 2
+    assert workers_that_fit({"CPU": 1.0}, []) == 0
+
+
+@pytest.mark.parametrize("num_workers, per_worker, words", [
+    (10_000, {"CPU": 1.0}, ["cannot place 10000 workers of {CPU 1} each", "at most 2 such workers",
+                            "in all: CPU 2"]),
+    (1, {"CPU": 1.0, "GPU": 1.0}, ["cannot place 1 workers of {CPU 1, GPU 1}", "at most 0", "GPU 0"]),
+])
+def test_an_unplaceable_request_is_named_with_what_the_cluster_has(num_workers, per_worker, words):
+    from orchestrator.placement import placement_problem
+
+    problem = placement_problem(num_workers, per_worker, [{"CPU": 2.0, "memory": 1e9}])
+    for word in words:
+        assert word in problem, problem
+    assert placement_problem(2, {"CPU": 1.0}, [{"CPU": 2.0}]) is None
+
+
+def test_placement_timeout_is_a_checked_setting(tmp_path):
+    fails_at(write(tmp_path, HEADER + "cluster: {placement_timeout_s: .nan}\n"), 3, "placement_timeout_s")
+    sweep = load_sweep(write(tmp_path, HEADER + "cluster: {placement_timeout_s: null}\n"))
+    assert sweep.cluster["placement_timeout_s"] is None
+    assert load_sweep(write(tmp_path, HEADER)).cluster["placement_timeout_s"] == 600.0
+
+
+# ---------------------------------------------------------------- 4: worker-group restarts
+
+
+class _Trial:
+    """What the recorder reads of a Tune trial."""
+
+    def __init__(self, trial: dict):
+        self.trial_id, self.config, self.error_file = trial["trial_id"], {"trial": trial}, None
+
+
+def test_a_worker_group_restart_starts_the_history_again(tmp_path):
+    import io
+    import json
+
+    from orchestrator.progress import Progress
+    from orchestrator.sweep import _recorder
+
+    sweep = load_sweep(write(tmp_path, HEADER))
+    results = tmp_path / "results"
+    recorder = _recorder(results, Progress(1, stream=io.StringIO()))
+    trial = _Trial(sweep.trials[0])
+    recorder.on_trial_start(0, [], trial)
+    for epochs in (3, 2):  # the first attempt dies after epoch 3, the second runs both epochs
+        recorder.on_trial_result(0, [], trial, {"attempt_started": True})
+        for epoch in range(1, epochs + 1):
+            recorder.on_trial_result(0, [], trial, {"epoch_metrics": {"epoch": epoch, "test_accuracy": 0.5}})
+    recorder.on_trial_result(0, [], trial, {"outcome": {"status": "ok", "reason": None, "model_summary": None}})
+    recorder.on_trial_complete(0, [], trial)
+    record = json.loads((results / "trials" / f"{trial.trial_id}.json").read_text())
+    assert [e["epoch"] for e in record["history"]] == [1, 2]
+    assert record["attempts"] == 2
+    import pandas as pd
+    trials = pd.read_csv(results / "trials.csv")
+    assert trials.loc[0, "epochs_run"] == 2 and trials.loc[0, "attempts"] == 2
+
+
+# ---------------------------------------------------------------- 16: interrupts
+
+
+def test_tunes_resume_advice_is_dropped():
+    import logging
+
+    from orchestrator.sweep import _NoTuneResumeAdvice
+
+    def record(text: str) -> logging.LogRecord:
+        return logging.LogRecord("ray.tune.tune", logging.WARNING, __file__, 1, text, None, None)
+
+    advice = record('Experiment has been interrupted, but the most recent state was saved.\n'
+                    'Resume experiment with: Tuner.restore(path="/r", trainable=...)')
+    assert not _NoTuneResumeAdvice().filter(advice)
+    assert _NoTuneResumeAdvice().filter(record("Total run time: 3.00 seconds"))
+
+
+def test_no_summary_is_printed_before_any_trial_finished(tmp_path, capsys):
+    from orchestrator.cli import _print_outcome
+    from orchestrator.export import export
+
+    (tmp_path / "trials").mkdir()
+    export(tmp_path)
+    _print_outcome(tmp_path)
+    out = capsys.readouterr().out
+    assert "no trial has finished yet" in out and "Target accuracy" not in out and "|" not in out
+    assert (tmp_path / "summary.md").read_text() == f"# {tmp_path.name}\n\nNo trial has finished yet.\n"

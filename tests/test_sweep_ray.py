@@ -1,10 +1,13 @@
-"""End-to-end sweeps on a local Ray through the command line (CPU, gloo; about 3 minutes on 2 cores).
+"""End-to-end sweeps on a local Ray through the command line (CPU, gloo; about 5 minutes on 2 cores).
 
 One tiny sweep of three 2-worker trials runs twice: the driver is killed after
 the first trial's record appears, then ``--resume`` finishes the rest. One
-trial raises at epoch 2 (``fail_at_epoch``) and must be recorded as failed
-while the others finish. A second test submits a one-trial sweep as a Ray job
-to a cluster started with ``ray start --head``.
+trial raises at epoch 2 (``fail_at_epoch``), is restarted once
+(``max_failures: 1``), and must be recorded as failed after two attempts while
+the others finish. Another test submits a one-trial sweep as a Ray job to a
+cluster started with ``ray start --head``; others check that unplaceable
+trials fail with their reason, and that a local run listens on loopback only
+and answers an interrupt with this tool's resume advice.
 
 Every Ray process runs with HOME in a temporary folder, so a token in the
 user's ``~/.ray/auth_token`` (Ray 2.60 token authentication) plays no part.
@@ -12,8 +15,10 @@ user's ``~/.ray/auth_token`` (Ray 2.60 token authentication) plays no part.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,11 +39,11 @@ RAY = str(Path(sys.executable).parent / "ray")
 pytestmark = pytest.mark.slow
 
 TINY = """\
-# three tiny trials on two workers; the onebit one fails on purpose in epoch 2
+# three tiny trials on two workers; the onebit one fails on purpose in epoch 2, in both attempts
 name: tiny
 workload: {dataset: mnist, model: mlp, width: 16, depth: 1, epochs: 2, batch_size: 32,
            lr: 0.1, target_accuracy: 0.3, max_steps_per_epoch: 10}
-cluster: {cpus_per_worker: 0.49}
+cluster: {cpus_per_worker: 0.49, max_failures: 1}
 baselines: false
 sweep:
   num_workers: 2
@@ -139,9 +144,122 @@ def test_a_raising_trial_is_recorded_as_failed_while_the_others_finish(resumed):
     trials = pd.read_csv(results / "trials.csv").set_index("compressor")
     assert trials.loc["onebit", "status"] == "failed"
     assert "fail_at_epoch=2" in trials.loc["onebit", "reason"]
-    assert trials.loc["onebit", "epochs_run"] == 1
+    assert trials.loc["onebit", "epochs_run"] == 1  # the second attempt's epoch 1, not both attempts'
+    assert trials.loc["onebit", "attempts"] == 2
+    assert trials.loc["fp32", "attempts"] == 1 and trials.loc["qsgd", "attempts"] == 1
     assert "FAILED" in again.stdout and "done 3/3" in again.stdout
     assert "fail_at_epoch=2" in (results / "summary.md").read_text()
+
+
+PLACEMENT = """\
+name: place
+workload: {dataset: synthetic, model: mlp, width: 16, depth: 1, epochs: 1, batch_size: 32,
+           lr: 0.1, target_accuracy: 0.3, max_steps_per_epoch: 5}
+cluster: {cpus_per_worker: 1.5, placement_timeout_s: 2}
+max_concurrent_trials: 2
+baselines: false
+sweep:
+  compressor: [fp32, fp16]
+  num_workers: [1, 2]
+"""
+
+
+def test_unplaceable_trials_fail_with_their_reason_and_the_sweep_goes_on(tmp_path):
+    # 2 CPUs: a 2-worker trial can never be placed; of the two 1-worker trials running at once,
+    # one waits for the other's 1.5 CPUs beyond placement_timeout_s.
+    sweep_file = tmp_path / "place.yaml"
+    sweep_file.write_text(PLACEMENT)
+    results = tmp_path / "results"
+    run = subprocess.run(cli("run", str(sweep_file), "--results", str(results)), cwd=ROOT,
+                         env=ray_env(tmp_path / "home"), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    trials = pd.read_csv(results / "trials.csv")
+    never = trials[trials.num_workers == 2]
+    assert never.status.tolist() == ["failed", "failed"] and never.attempts.tolist() == [0, 0]
+    assert never.reason.str.contains("cannot place 2 workers of {CPU 1.5} each", regex=False).all()
+    one = trials[trials.num_workers == 1].sort_values("status")
+    assert one.status.tolist() == ["failed", "ok"], one.reason.tolist()
+    assert "were not placed within placement_timeout_s = 2 s" in one.reason.iloc[0]
+
+
+def _descendants(pid: int) -> set[int]:
+    """``pid`` and every process below it (Ray's GCS, raylet, dashboard and workers of a local run)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, grew = {pid}, True
+    while grew:
+        more = {child for child, parent in parents.items() if parent in found} - found
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def _listening(pids: set[int]) -> list[tuple[str, str]]:
+    """(local address, process name) of each TCP socket the processes ``pids`` listen on (from `ss`)."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    return [(line.split()[3], line.split('(("', 1)[1].split('"', 1)[0]) for line in out.splitlines()
+            if any(f"pid={pid}," in line for pid in pids)]
+
+
+def _prometheus_text(addresses: list[str]) -> str:
+    """The Prometheus page of whichever of ``addresses`` serves one with our gauges, else ""."""
+    for address in addresses:
+        try:
+            with urllib.request.urlopen(f"http://{address}/metrics", timeout=2) as response:
+                text = response.read().decode(errors="replace")
+        except (OSError, ValueError, http.client.HTTPException):  # a gRPC port, say
+            continue
+        if "ray_lowprec_" in text:
+            return text
+    return ""
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir() or shutil.which("ss") is None, reason="needs /proc and ss")
+def test_a_local_run_listens_on_loopback_only_and_an_interrupt_says_how_to_resume(tmp_path):
+    sweep_file = tmp_path / "long.yaml"
+    sweep_file.write_text(PLACEMENT.replace("epochs: 1", "epochs: 1000").replace(
+        "max_concurrent_trials: 2", "max_concurrent_trials: 1").replace("num_workers: [1, 2]", "num_workers: 1")
+        .replace("compressor: [fp32, fp16]", "compressor: fp32"))
+    results = tmp_path / "results"
+    driver = subprocess.Popen(cli("run", str(sweep_file), "--results", str(results)), cwd=ROOT,
+                              env=ray_env(tmp_path / "home"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    try:
+        seen = []
+        for line in driver.stdout:  # the trial's first epoch: every Ray service is up by then
+            seen.append(line)
+            if "epoch 1/1000" in line:
+                break
+        assert driver.poll() is None, "".join(seen)
+        addresses = _listening(_descendants(driver.pid))
+        metrics = ""
+        deadline = time.monotonic() + 60  # Ray's metrics agent exports what it gathered every few seconds
+        while "ray_lowprec_step_time_s{" not in metrics and time.monotonic() < deadline:
+            metrics = _prometheus_text([a for a, _ in addresses])
+            time.sleep(2)
+        driver.send_signal(signal.SIGINT)
+        out = "".join(seen) + driver.communicate(timeout=120)[0]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert len(addresses) >= 3, addresses  # the GCS, the raylet, the metrics agent at least
+    exposed = [(a, name) for a, name in addresses
+               if a.rsplit(":", 1)[0] not in ("127.0.0.1", "[::ffff:127.0.0.1]", "[::1]")]
+    # Ray's services all listen on loopback. The one exception is torch's: rank 0's TCPStore (the
+    # process group's rendezvous, which Ray Train starts) listens on every interface whatever host
+    # it is given (torch 2.13).
+    assert [name for _, name in exposed] in ([], ["ray::RayTrainWo"]), exposed
+    # the gauges, as Ray exports them, with their tags, on a loopback endpoint
+    assert "ray_lowprec_step_time_s{" in metrics and 'sweep="place"' in metrics
+    assert driver.returncode == 1, out[-3000:]
+    assert "Tuner.restore" not in out and "Target accuracy" not in out
+    assert f"lowprec run {sweep_file} --results {results} --resume" in out, out[-3000:]
+    assert not list((results / "trials").glob("*.json"))  # interrupted: nothing recorded, resume runs it
 
 
 def free_port() -> int:
