@@ -1,23 +1,27 @@
-"""Encode / decode throughput of every compressor.
+"""Encode / decode throughput of every compressor, per implementation.
 
     python -m benchmarks.compressor_bench [--sizes 20,22,24,26] [--repeats 5] [--threads 1]
-                                          [--device cpu|cuda] [--json PATH]
+                                          [--device cpu|cuda] [--json PATH] [--impls reference,numba]
                                           [--compressors fp32,qsgd,...] [--cols 1024]
 
 For each compressor in ``compressors.COMPRESSORS`` with its default parameters (``qsgd``
-at ``bits`` 2, 4 and 8) and each size ``n = 2**e`` (``--sizes`` lists the
-exponents), a float32 Gaussian tensor of shape ``(n // cols, cols)`` (a weight
-matrix; ``cols`` defaults to 1024) is encoded and the payload decoded: one
-warm-up, then ``--repeats`` timed runs, of which the median is reported.
-Throughput is ``4 n`` bytes of float32 input per second (GB/s, 1e9 bytes).
-CPU runs are timed with ``time.perf_counter`` under ``torch.set_num_threads``;
-CUDA runs with CUDA events after a ``synchronize``.
+at ``bits`` 2, 4 and 8), each implementation it has among ``--impls`` (default:
+``reference`` and, on the CPU, ``numba``) and each size ``n = 2**e`` (``--sizes``
+lists the exponents), a float32 Gaussian tensor of shape ``(n // cols, cols)``
+(a weight matrix; ``cols`` defaults to 1024) is encoded into a reused payload
+buffer, the payload decoded into a reused output, and decoded-and-added into
+it (a collective's summing step): one warm-up, then ``--repeats`` timed runs,
+of which the median is reported. Throughput is ``4 n`` bytes of float32 input
+per second (GB/s, 1e9 bytes); ``x ref`` is the ratio to ``reference`` of the
+same configuration and size in the same run. CPU runs are timed with
+``time.perf_counter`` under ``torch.set_num_threads`` (the Numba kernels use
+one thread); CUDA runs with CUDA events after a ``synchronize``.
 
-Prints a table (configuration, n, encode GB/s, decode GB/s, payload bytes,
-``payload_ratio`` = 4 n / payload bytes, see ``compressors.accounting``) and,
-with ``--json PATH``, saves it with the machine's description
-(``orchestrator.env_info.describe``: CPU model, torch version, GPUs, date) and
-the thread count.
+Prints a table (configuration, impl, n, encode / decode / decode-add GB/s and
+their ratios to reference, payload bytes, ``payload_ratio`` = 4 n / payload
+bytes, see ``compressors.accounting``) and, with ``--json PATH``, saves it with
+the machine's description (``orchestrator.env_info.describe``: CPU model, torch
+version, GPUs, date) and the thread count.
 """
 from __future__ import annotations
 
@@ -78,45 +82,57 @@ def timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-def bench_one(name: str, params: dict[str, Any], x: torch.Tensor, repeats: int) -> dict[str, Any]:
-    c = compressors.get(name, **params)
+def bench_one(name: str, params: dict[str, Any], impl: str, x: torch.Tensor, repeats: int) -> dict[str, Any]:
+    c = compressors.get(name, impl=impl, **params)
     device = x.device
     n = x.numel()
-    # warm-up (allocator, lazy tables, CUDA context)
-    payload = c.encode(x, step=0)
-    c.decode(payload)
+    payload = torch.empty(c.payload_nbytes(x.shape), dtype=torch.uint8, device=device)
+    out = torch.empty(x.shape, dtype=torch.float32, device=device)
+    # warm-up (kernels, allocator, lazy tables, CUDA context)
+    c.encode(x, step=0, out=payload)
+    c.decode(payload, out=out)
+    c.decode(payload, out=out, add=True)
     enc: list[float] = []
     dec: list[float] = []
+    add: list[float] = []
     for r in range(repeats):
-        payload, t = timed(lambda r=r: c.encode(x, step=r + 1), device)
+        _, t = timed(lambda r=r: c.encode(x, step=r + 1, out=payload), device)
         enc.append(t)
-        _, t = timed(lambda: c.decode(payload), device)
+        _, t = timed(lambda: c.decode(payload, out=out), device)
         dec.append(t)
-    out = c.decode(payload)
-    # a decode that returns a view of the payload (``fp32``) copies nothing: its time is the header's
-    aliases = out.numel() > 0 and out.untyped_storage().data_ptr() == payload.untyped_storage().data_ptr()
-    nbytes = int(payload.numel())
-    if nbytes != c.payload_nbytes(x.shape):
-        raise AssertionError(f"{label(name, params)}: payload {nbytes} bytes, payload_nbytes says "
-                             f"{c.payload_nbytes(x.shape)}")
-    enc_s, dec_s = statistics.median(enc), statistics.median(dec)
+        _, t = timed(lambda: c.decode(payload, out=out, add=True), device)
+        add.append(t)
+    enc_s, dec_s, add_s = statistics.median(enc), statistics.median(dec), statistics.median(add)
     return {
         "compressor": name,
         "params": params,
+        "impl": impl,
         "label": label(name, params),
         "n": n,
         "log2_n": n.bit_length() - 1,
         "shape": list(x.shape),
         "encode_s": enc_s,
         "decode_s": dec_s,
+        "decode_add_s": add_s,
         "encode_gbps": 4 * n / enc_s / 1e9,
         "decode_gbps": 4 * n / dec_s / 1e9,
-        "payload_nbytes": nbytes,
-        "payload_ratio": accounting.payload_ratio(n, nbytes),
-        "decode_is_view": bool(aliases),
+        "decode_add_gbps": 4 * n / add_s / 1e9,
+        "payload_nbytes": int(payload.numel()),
+        "payload_ratio": accounting.payload_ratio(n, int(payload.numel())),
         "encode_runs_s": enc,
         "decode_runs_s": dec,
+        "decode_add_runs_s": add,
     }
+
+
+def with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row's speed over the reference's for the same configuration and size (same run)."""
+    reference = {(r["label"], r["n"]): r for r in rows if r["impl"] == "reference"}
+    for r in rows:
+        base = reference.get((r["label"], r["n"]))
+        for kind in ("encode", "decode", "decode_add"):
+            r[f"{kind}_vs_reference"] = base[f"{kind}_s"] / r[f"{kind}_s"] if base else None
+    return rows
 
 
 def input_tensor(n: int, cols: int, device: torch.device) -> torch.Tensor:
@@ -126,15 +142,18 @@ def input_tensor(n: int, cols: int, device: torch.device) -> torch.Tensor:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'compressor':<16} {'n':>10} {'encode GB/s':>12} {'decode GB/s':>12} {'payload bytes':>14} "
-            f"{'payload_ratio':>13}")
+    head = (f"{'compressor':<16} {'impl':<9} {'n':>5} {'encode GB/s':>11} {'x ref':>6} {'decode GB/s':>11} "
+            f"{'x ref':>6} {'dec+add GB/s':>12} {'x ref':>6} {'payload bytes':>13} {'payload_ratio':>13}")
     lines = [head, "-" * len(head)]
+
+    def ratio(value: float | None) -> str:
+        return f"{value:>6.1f}" if value is not None else f"{'':>6}"
+
     for r in rows:
-        mark = "*" if r.get("decode_is_view") else " "
-        lines.append(f"{r['label']:<16} {'2^' + str(r['log2_n']):>10} {r['encode_gbps']:>12.3f} "
-                     f"{r['decode_gbps']:>11.3f}{mark} {r['payload_nbytes']:>14d} {r['payload_ratio']:>13.2f}")
-    if any(r.get("decode_is_view") for r in rows):
-        lines.append("* decode returns a view of the payload (no copy): the time is the header check alone")
+        lines.append(f"{r['label']:<16} {r['impl']:<9} {'2^' + str(r['log2_n']):>5} {r['encode_gbps']:>11.3f} "
+                     f"{ratio(r['encode_vs_reference'])} {r['decode_gbps']:>11.3f} {ratio(r['decode_vs_reference'])} "
+                     f"{r['decode_add_gbps']:>12.3f} {ratio(r['decode_add_vs_reference'])} "
+                     f"{r['payload_nbytes']:>13d} {r['payload_ratio']:>13.2f}")
     return "\n".join(lines)
 
 
@@ -147,6 +166,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--json", default=None, metavar="PATH", help="save results and machine info here")
     ap.add_argument("--compressors", default=None, help="comma separated subset of compressor names")
     ap.add_argument("--cols", type=int, default=1024, help="input shape (n // cols, cols); 0: 1-D")
+    ap.add_argument("--impls", default=None,
+                    help="comma separated implementations (default: reference, and numba on the CPU)")
     args = ap.parse_args(argv)
     try:
         args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -161,6 +182,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         unknown = [s for s in args.compressors if s not in compressors.COMPRESSORS]
         if unknown:
             ap.error(f"--compressors: unknown {unknown}; valid: {list(compressors.COMPRESSORS)}")
+    default = "reference,numba" if args.device == "cpu" else "reference"
+    args.impls = [s.strip() for s in (args.impls or default).split(",") if s.strip()]
+    if not args.impls or any(i not in compressors.IMPLS[1:] for i in args.impls):
+        ap.error(f"--impls: a comma separated subset of {', '.join(compressors.IMPLS[1:])} expected")
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: CUDA is not available")
     return args
@@ -178,13 +203,17 @@ def main(argv: list[str] | None = None) -> int:
     for e in args.sizes:
         x = input_tensor(2**e, args.cols, device)
         for name, params in configs(args.compressors):
-            print(f"  {label(name, params)} 2^{e} ...", file=sys.stderr, flush=True)
-            rows.append(bench_one(name, params, x, args.repeats))
+            for impl in args.impls:
+                if impl == "numba" and not compressors.has_numba(name):
+                    continue
+                print(f"  {label(name, params)} {impl} 2^{e} ...", file=sys.stderr, flush=True)
+                rows.append(bench_one(name, params, impl, x, args.repeats))
         del x
+    rows = with_ratios(rows)
     print(format_table(rows), flush=True)
     if args.json:
         out = {"machine": info, "args": {"sizes": args.sizes, "repeats": args.repeats, "threads": args.threads,
-                                         "device": args.device, "cols": args.cols,
+                                         "device": args.device, "cols": args.cols, "impls": args.impls,
                                          "compressors": args.compressors},
                "results": rows}
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

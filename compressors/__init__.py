@@ -17,11 +17,11 @@ for _info in _pkgutil.iter_modules(__path__):
 del _info
 
 from . import ddp, registry  # noqa: E402
-from .base import Compressor  # noqa: E402
+from .base import IMPLS, Compressor  # noqa: E402
 from .feedback import ErrorFeedback  # noqa: E402
 from .reducer import Reducer  # noqa: E402
 from .registry import (  # noqa: E402
-    ALGORITHMS, COMPRESSORS, algorithms, check_params, default_algorithm, get, params_of,
+    ALGORITHMS, COMPRESSORS, algorithms, check_params, default_algorithm, get, has_numba, params_of,
 )
 from .stats import StepStats  # noqa: E402
 from .wire import PayloadError  # noqa: E402
@@ -31,5 +31,6 @@ NAMES: tuple[str, ...] = registry.names()
 # The codecs that send a plain cast, so they can travel through a native all_reduce.
 CASTS: tuple[str, ...] = registry.casts()
 
-__all__ = ["ALGORITHMS", "CASTS", "COMPRESSORS", "NAMES", "Compressor", "ErrorFeedback", "PayloadError",
-           "Reducer", "StepStats", "algorithms", "check_params", "ddp", "default_algorithm", "get", "params_of"]
+__all__ = ["ALGORITHMS", "CASTS", "COMPRESSORS", "IMPLS", "NAMES", "Compressor", "ErrorFeedback", "PayloadError",
+           "Reducer", "StepStats", "algorithms", "check_params", "ddp", "default_algorithm", "get", "has_numba",
+           "params_of"]

@@ -1,19 +1,37 @@
-"""The compressor interface: encode to a validated payload, decode back."""
+"""The compressor interface: encode to a validated payload, decode back.
+
+Every compressor has the torch implementation (``impl="reference"``: the
+oracle, and the path for any device) and, where it has CPU kernels, a Numba
+one (``impl="numba"``) that gives the same payload bytes and the same decoded
+bits. ``impl="auto"`` (the default) takes Numba for CPU tensors where the
+compressor has kernels and Numba is installed, else the reference.
+"""
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
 import struct
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from . import registry, wire
 from .params import SEED, Param, resolve
 
 
+IMPLS = ("auto", "reference", "numba")
+
+
 def _as_f32(value: float) -> float:
     return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+@functools.cache
+def numba_installed() -> bool:
+    return importlib.util.find_spec("numba") is not None
 
 
 class Compressor(ABC):
@@ -42,16 +60,43 @@ class Compressor(ABC):
     # Set when the body is the tensor cast to this dtype: the method can then travel through a
     # native all_reduce of the cast tensor (``compressors.CASTS``).
     cast_dtype: ClassVar[torch.dtype | None] = None
+    # Set by a compressor that implements ``_encode_numba`` and ``_decode_numba``.
+    has_numba: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__:
             registry.register(cls)
 
-    def __init__(self, **params: Any) -> None:
+    def __init__(self, *, impl: str = "auto", **params: Any) -> None:
         self.config = resolve(self.name, self.params + (SEED,), params)
         for key, value in self.config.items():
             setattr(self, key, value)
+        if impl not in IMPLS:
+            raise ValueError(f"{self.name}: impl must be one of {', '.join(IMPLS)}, got {impl!r}")
+        if impl == "numba" and not self.has_numba:
+            raise ValueError(f"{self.name} has no Numba kernels: use impl 'reference' or 'auto'")
+        if impl == "numba" and not numba_installed():
+            raise ValueError(f"{self.name}: impl 'numba' needs the numba package (pip install numba)")
+        self.impl = impl
+
+    def uses_numba(self, device: torch.device | str) -> bool:
+        """Whether tensors on ``device`` go through the Numba kernels."""
+        if torch.device(device).type != "cpu":
+            if self.impl == "numba":
+                raise ValueError(f"{self.name}: impl 'numba' runs on CPU tensors, not on {device}")
+            return False
+        return self.impl == "numba" or (self.impl == "auto" and self.has_numba and numba_installed())
+
+    def warm_up(self) -> None:
+        """Compile (or load from the cache) the kernels a step will run, so that no timed step pays
+        for it: encode, decode and decode-add of a small tensor."""
+        if self.uses_numba("cpu"):
+            x = torch.linspace(-1.0, 1.0, 96).view(4, 24)
+            out = torch.zeros(4, 24)
+            payload = self.encode(x)
+            self.decode(payload, out=out)
+            self.decode(payload, out=out, add=True)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
@@ -71,22 +116,39 @@ class Compressor(ABC):
         return wire.header_nbytes(len(shape)) + self._body_nbytes(shape)
 
     # -- encode / decode --------------------------------------------------
-    def encode(self, x: torch.Tensor, *, step: int = 0, rank: int = 0, stream: int = 0) -> torch.Tensor:
-        """Encode ``x`` (float tensor, any shape) into a 1-D uint8 payload on ``x.device``."""
+    def encode(self, x: torch.Tensor, *, step: int = 0, rank: int = 0, stream: int = 0,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """Encode ``x`` (float tensor, any shape) into a 1-D uint8 payload on ``x.device``; into
+        ``out`` (a uint8 tensor of ``payload_nbytes(x.shape)`` bytes, reused across steps) if given."""
         if not torch.is_tensor(x) or not x.is_floating_point():
             raise TypeError(f"{self.name}: expected a floating-point tensor, got {type(x).__name__}"
                             f"{'' if not torch.is_tensor(x) else ' of ' + str(x.dtype)}")
         shape = tuple(x.shape)
+        body_nbytes = self._body_nbytes(shape)
         header = wire.encode_header(self.name, x.dtype if x.dtype in wire.DTYPE_CODES else torch.float32,
-                                    shape, self._header_params(shape), self._body_nbytes(shape))
+                                    shape, self._header_params(shape), body_nbytes)
+        if out is not None:
+            _check_out(self.name, out, torch.uint8, len(header) + body_nbytes, x.device)
         flat = x.detach().reshape(-1).to(torch.float32)
+        if self.uses_numba(x.device):
+            payload = out if out is not None else torch.empty(len(header) + body_nbytes, dtype=torch.uint8)
+            array = payload.numpy()
+            array[:len(header)] = np.frombuffer(header, dtype=np.uint8)
+            self._encode_numba(flat.contiguous().numpy(), array[len(header):], shape,
+                               step=step, rank=rank, stream=stream)
+            return payload
         body = self._encode_body(flat, shape, step=step, rank=rank, stream=stream)
         parts = [torch.frombuffer(bytearray(header), dtype=torch.uint8).to(x.device)]
         parts += [_flat_bytes(part) for part in body]
-        return torch.cat(parts)
+        return torch.cat(parts, out=out) if out is not None else torch.cat(parts)
 
-    def decode(self, payload: torch.Tensor) -> torch.Tensor:
-        """Decode a payload made by an equally configured compressor to float32 of the original shape."""
+    def decode(self, payload: torch.Tensor, *, out: torch.Tensor | None = None, add: bool = False) -> torch.Tensor:
+        """Decode a payload made by an equally configured compressor to float32 of the original shape.
+
+        ``out``: a float32 tensor of as many elements to write into (reused across steps); with
+        ``add``, the decoded values are added into ``out`` instead (the summing step of a
+        collective, in one pass where the kernels allow), element by element in float32.
+        """
         header = wire.read_header(payload)
         if header.codec != self.name:
             raise wire.PayloadError(f"payload was made by {header.codec!r}, this decoder is {self.name!r}")
@@ -98,9 +160,24 @@ class Compressor(ABC):
         if header.body_nbytes != self._body_nbytes(header.shape):
             raise wire.PayloadError(f"{self.name}: body of {header.body_nbytes} bytes, a tensor of shape "
                                     f"{header.shape} needs {self._body_nbytes(header.shape)}")
+        if add and out is None:
+            raise ValueError(f"{self.name}: decode(add=True) adds into out, which is missing")
+        if out is not None:
+            _check_out(self.name, out, torch.float32, header.numel, payload.device)
+        if self.uses_numba(payload.device):
+            target = out if out is not None else torch.empty(header.numel, dtype=torch.float32)
+            body = payload.contiguous().numpy()[header.nbytes:]
+            self._decode_numba(body, header.shape, target.view(-1).numpy(), add)
+            return target.view(header.shape)
         # Sections are viewed in place, which needs a dense buffer.
-        out = self._decode_body(payload.contiguous(), header.nbytes, header.shape)
-        return out.reshape(header.shape)
+        values = self._decode_body(payload.contiguous(), header.nbytes, header.shape)
+        if out is None:
+            return values.reshape(header.shape)
+        if add:
+            out.view(-1).add_(values)
+        else:
+            out.view(-1).copy_(values)
+        return out.view(header.shape)
 
     @abstractmethod
     def _encode_body(self, flat: torch.Tensor, shape: tuple[int, ...], *, step: int, rank: int,
@@ -110,6 +187,25 @@ class Compressor(ABC):
     @abstractmethod
     def _decode_body(self, payload: torch.Tensor, start: int, shape: tuple[int, ...]) -> torch.Tensor:
         """Flat float32 values from a payload whose header and body length were checked."""
+
+
+    def _encode_numba(self, flat: np.ndarray, body: np.ndarray, shape: tuple[int, ...], *, step: int,
+                      rank: int, stream: int) -> None:
+        """Write the body for float32 ``flat`` into ``body`` (uint8, exactly the body's size)."""
+        raise NotImplementedError(f"{self.name} has no Numba kernels")
+
+    def _decode_numba(self, body: np.ndarray, shape: tuple[int, ...], out: np.ndarray, add: bool) -> None:
+        """Write (``add``: add) the decoded values into float32 ``out`` from a checked-length body;
+        PayloadError where the body's content is invalid."""
+        raise NotImplementedError(f"{self.name} has no Numba kernels")
+
+
+def _check_out(name: str, out: torch.Tensor, dtype: torch.dtype, numel: int, device: torch.device) -> None:
+    if (not torch.is_tensor(out) or out.dtype != dtype or out.numel() != numel or not out.is_contiguous()
+            or out.device != torch.device(device)):
+        raise ValueError(f"{name}: out must be a contiguous {dtype} tensor of {numel} elements on {device}, got "
+                         + (f"{out.dtype} {tuple(out.shape)} on {out.device}" if torch.is_tensor(out)
+                            else type(out).__name__))
 
 
 def _flat_bytes(part: torch.Tensor) -> torch.Tensor:

@@ -108,9 +108,9 @@ def allgather_compressed(tensors: list[torch.Tensor], keys: list[int], compresso
     for i, t in enumerate(tensors):
         start = sum(sizes[:i])
         total = torch.zeros(t.shape, dtype=torch.float32, device=t.device)
-        for r in range(world):
+        for r in range(world):  # decode-add: one pass per payload where the kernels allow
             base = r * mine.numel() + start
-            total += compressor.decode(gathered[base:base + sizes[i]])
+            compressor.decode(gathered[base:base + sizes[i]], out=total, add=True)
         t.copy_(total.div_(world))
     phases.charge("decode")
     stats.bytes_sent = accounting.allgather_bytes(mine.numel(), world)
@@ -198,7 +198,7 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
         total = torch.zeros((rows, shape2[1]), dtype=torch.float32, device=device)
         for r in range(world):
             start = r * sum(my_sizes) + sum(my_sizes[:i])
-            total += compressor.decode(recv[start:start + my_sizes[i]]).reshape(rows, shape2[1])
+            compressor.decode(recv[start:start + my_sizes[i]], out=total, add=True)
         total /= world
         phases.charge("decode")
         w = _compensate(server_ef, key, total)
@@ -220,11 +220,11 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     phases.charge("comm")
 
     for i, (t, (shape2, bounds)) in enumerate(zip(tensors, layout)):
-        parts = []
-        for r in range(world):
+        whole = torch.empty(shape2, dtype=torch.float32, device=device)
+        for r in range(world):  # each rank's rows decode in place
             start = r * width + sum(sizes_of[r][:i])
-            parts.append(compressor.decode(gathered[start:start + sizes_of[r][i]]).reshape(-1, shape2[1]))
-        t.copy_(torch.cat(parts).reshape(t.shape))
+            compressor.decode(gathered[start:start + sizes_of[r][i]], out=whole[bounds[r][0]:bounds[r][1]])
+        t.copy_(whole.reshape(t.shape))
     phases.charge("decode")
     stats.bytes_sent = accounting.alltoall_bytes(send_sizes, rank) + accounting.allgather_bytes(width, world)
     return stats

@@ -250,14 +250,14 @@ class PowerSGDHookState(_LedgerState):
 
 def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_compress_numel: int = 1024,
               group: dist.ProcessGroup | None = None, error_feedback: bool | None = None,
-              **params: Any) -> HookState:
+              impl: str = "auto", **params: Any) -> HookState:
     """The hook state for ``compressor`` over ``algorithm`` (defaults as ``compressors.default_algorithm``).
 
     powersgd, and fp16/bf16 over ``allreduce``, use PyTorch's own hooks
     (``powerSGD_hook``, ``fp16_compress_hook``, ``bf16_compress_hook``);
     everything else goes through a ``Reducer`` (``min_compress_numel``,
-    ``error_feedback`` and ``params`` as there).  Unknown names, algorithms
-    and parameters raise ValueError naming the valid ones.
+    ``error_feedback``, ``impl`` and ``params`` as there).  Unknown names,
+    algorithms and parameters raise ValueError naming the valid ones.
     """
     if compressor in registry.HOOK_METHODS:
         valid = registry.algorithms(compressor)
@@ -265,10 +265,12 @@ def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_com
             raise ValueError(f"algorithm {algorithm!r} is invalid for {compressor!r}; valid: {list(valid)}")
         if min_compress_numel < 0:
             raise ValueError(f"min_compress_numel={min_compress_numel} is invalid; valid: an int >= 0")
+        if impl == "numba":
+            raise ValueError(f"{compressor} has no Numba kernels (it runs PyTorch's hook): use impl 'auto'")
         # PowerSGD applies its own rule for what it compresses (min_compression_rate); no error_feedback switch.
         return PowerSGDHookState(registry.check_params(compressor, **params), group)
     reducer = Reducer(compressor, algorithm, min_compress_numel=min_compress_numel, group=group,
-                      error_feedback=error_feedback, **params)
+                      error_feedback=error_feedback, impl=impl, **params)
     if reducer.algorithm == "allreduce" and reducer.codec.cast_dtype in _CAST_HOOKS:
         return CastHookState(compressor, reducer.params, group)
     return ReducerHookState(reducer)

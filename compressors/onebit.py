@@ -2,7 +2,9 @@
 
 Per column (a row of the 2-D view, see ``wire.matrix_shape``) the two
 reconstruction values are the mean of the entries >= 0 and the mean of the
-entries < 0 (0 for an empty side); each entry sends one bit (1: >= 0).
+entries < 0 (0 for an empty side); each entry sends one bit (1: >= 0). The
+sums behind the means are float64 in a fixed order (``pairwise``), so every
+implementation sends the same bits.
 Error feedback is part of the method: use it through ``ErrorFeedback``.
 A NaN entry falls on the negative side and makes that column's mean NaN.
 
@@ -16,12 +18,14 @@ import torch
 from . import bits as bitpack
 from . import chunks, wire
 from .base import Compressor, numel
+from .pairwise import pairwise_sum
 
 
 class OneBit(Compressor):
     name = "onebit"
     wire_id = 7
     needs_error_feedback = True
+    has_numba = True
 
     def _body_nbytes(self, shape):
         rows, _ = wire.matrix_shape(shape)
@@ -43,9 +47,9 @@ class OneBit(Compressor):
         cols = m.shape[1]
         positive = m >= 0
         n_pos = positive.sum(dim=1)
-        # float64 sums: float32 ones overflow for large entries.
-        sum_pos = torch.where(positive, m, 0.0).sum(dim=1, dtype=torch.float64)
-        sum_neg = torch.where(positive, 0.0, m).sum(dim=1, dtype=torch.float64)
+        # float64 sums (float32 ones overflow for large entries), in the fixed order.
+        sum_pos = pairwise_sum(torch.where(positive, m, 0.0).double())
+        sum_neg = pairwise_sum(torch.where(positive, 0.0, m).double())
         mean_pos = torch.where(n_pos > 0, sum_pos / n_pos.clamp(min=1), 0.0).to(torch.float32)
         n_neg = cols - n_pos
         mean_neg = torch.where(n_neg > 0, sum_neg / n_neg.clamp(min=1), 0.0).to(torch.float32)
@@ -62,3 +66,19 @@ class OneBit(Compressor):
             positive = bitpack.unpack_signs(data[at:at + bitpack.packed_nbytes((b - a) * cols, 1)], (b - a) * cols)
             out[a:b] = torch.where(positive.view(b - a, cols), mean_pos[a:b, None], mean_neg[a:b, None])
         return out.reshape(-1)
+
+    def _encode_numba(self, flat, body, shape, *, step, rank, stream):
+        from .kernels import onebit as kernels
+        from .kernels.common import f32_section
+
+        rows, cols = wire.matrix_shape(shape)
+        kernels.encode(flat, rows, cols, f32_section(body, 0, rows, writable=True),
+                       f32_section(body, 4 * rows, rows, writable=True), body[8 * rows:])
+
+    def _decode_numba(self, body, shape, out, add):
+        from .kernels import onebit as kernels
+        from .kernels.common import f32_section
+
+        rows, cols = wire.matrix_shape(shape)
+        kernels.decode(body[8 * rows:], rows, cols, f32_section(body, 0, rows), f32_section(body, 4 * rows, rows),
+                       out, add)

@@ -5,6 +5,9 @@ becomes ``bits`` bits, sign included: ``s = 2**(bits-1) - 1`` levels, and the
 level of ``r = |x| / norm * s`` is ``floor(r) + (u < r - floor(r))`` with
 ``u`` from the counter hash of (seed, step, rank, stream, index): unbiased,
 ``E[decode] = x``.  Code = ``sign << (bits-1) | level``, packed little-endian.
+The l2 norm is summed in one fixed order, a pairwise tree over the squares in
+float64 (compressors/pairwise.py), so that the torch and the Numba
+implementations give the same bits.
 
 Body: ``ceil(n / bucket)`` float32 norms, then ``ceil(n * bits / 8)`` bytes.
 Cost grows with n, not with ``bucket`` (any bucket in [1, 2**31 - 1]: a bucket
@@ -12,10 +15,11 @@ longer than the tensor is the whole tensor).
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from . import bits as bitpack
-from . import chunks, rng, wire
+from . import chunks, pairwise, rng, wire
 from .base import Compressor, numel
 from .params import Param
 
@@ -32,6 +36,7 @@ class QSGD(Compressor):
     )
     examples = ({}, *({"bits": b} for b in (2, 3, 5, 6, 7, 8)), {"bits": 3, "bucket": 7, "norm": "l2"},
                 {"bits": 2, "bucket": 5}, {"bits": 8, "norm": "l2"}, {"bucket": 1})
+    has_numba = True
 
     @property
     def levels(self) -> int:
@@ -81,8 +86,9 @@ class QSGD(Compressor):
         if self.norm == "max":
             norms = mag.amax(dim=1)
         else:
-            # float64: squares of large float32 values overflow.
-            norms = torch.linalg.vector_norm(buckets, dim=1, dtype=torch.float64).to(torch.float32)
+            # float64: squares of large float32 values overflow. The fixed-order sum makes the bits
+            # the same on every implementation.
+            norms = torch.sqrt(pairwise.pairwise_sum(buckets.double() ** 2)).to(torch.float32)
         s = self.levels
         # Divide (not multiply by s / norm): s / norm overflows for denormal norms.
         r = torch.nan_to_num_(mag / norms[:, None] * s, nan=0.0).clamp_(0, s)
@@ -111,3 +117,17 @@ class QSGD(Compressor):
             value = torch.nn.functional.pad(value, (0, pad)).view(count, width)
             out[a:b] = (value * scales[first:first + count, None]).reshape(-1)[:b - a]
         return out
+
+    def _encode_numba(self, flat: np.ndarray, body: np.ndarray, shape: tuple[int, ...], *, step: int,
+                      rank: int, stream: int) -> None:
+        from .kernels import qsgd as kernels
+        from .kernels.common import f32_section
+        nb = self._nbuckets(flat.size)
+        kernels.encode(flat, rng.stream_key(self.seed, step, rank, stream), self.bits, self.bucket,
+                       self.norm == "l2", f32_section(body, 0, nb, writable=True), body[4 * nb:])
+
+    def _decode_numba(self, body: np.ndarray, shape: tuple[int, ...], out: np.ndarray, add: bool) -> None:
+        from .kernels import qsgd as kernels
+        from .kernels.common import f32_section
+        nb = self._nbuckets(out.size)
+        kernels.decode(f32_section(body, 0, nb), body[4 * nb:], self.bits, self.bucket, out, add)

@@ -23,7 +23,8 @@ class Reducer:
     and ``sra`` for the compressed methods.  Tensors with fewer than
     ``min_compress_numel`` elements travel in one fused fp32 all_reduce.
     ``error_feedback`` defaults to what the method needs (onebit, adaptive,
-    topk) and may be switched on for the others.
+    topk) and may be switched on for the others. ``impl`` picks the codec's
+    implementation (``compressors.get``); its kernels are compiled here.
 
     A training step may average its tensors in several calls (DDP's buckets):
     ``reduce`` each part, then ``end_step``; ``average`` does both for one call.
@@ -33,9 +34,10 @@ class Reducer:
 
     def __init__(self, compressor: str = "fp32", algorithm: str | None = None, *,
                  min_compress_numel: int = 1024, group: dist.ProcessGroup | None = None,
-                 error_feedback: bool | None = None, **params: Any) -> None:
+                 error_feedback: bool | None = None, impl: str = "auto", **params: Any) -> None:
         self.compressor = compressor
-        self.codec = get(compressor, **params)  # unknown names and bad parameters raise here
+        self.codec = get(compressor, impl=impl, **params)  # unknown names and bad parameters raise here
+        self.codec.warm_up()  # kernels compile (or load from their cache) now, not in a timed step
         self.params = self.codec.config  # every parameter, defaults filled
         algorithm = algorithm or default_algorithm(compressor)
         valid = algorithms(compressor)

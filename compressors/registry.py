@@ -134,13 +134,19 @@ def check_params(name: str, **params: Any) -> dict[str, Any]:
 
 
 def get(name: str, **params: Any) -> Compressor:
-    """A configured codec; ValueError names valid choices or ranges."""
+    """A configured codec; ValueError names valid choices or ranges. ``impl="auto" | "reference" |
+    "numba"`` picks its implementation (see ``compressors.base``)."""
     if name in HOOK_METHODS:
         raise ValueError(f"{name} runs only as a DDP communication hook, it has no payload codec: "
                          f"use compressors.ddp.comm_hook({name!r})")
     if name not in COMPRESSORS:
         raise _unknown(name)
     return COMPRESSORS[name](**params)
+
+
+def has_numba(name: str) -> bool:
+    """Whether ``name`` has Numba CPU kernels (``impl="numba"``); a hook-only method has none."""
+    return name in COMPRESSORS and COMPRESSORS[name].has_numba
 
 
 def algorithms(name: str) -> tuple[str, ...]:

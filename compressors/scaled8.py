@@ -7,8 +7,10 @@ holding NaN or Inf decodes to NaN/Inf through its maximum.
 """
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from . import chunks, dynamic_tree, wire
@@ -22,6 +24,7 @@ class _AbsmaxScaled(Compressor):
     params = (BLOCK,)
     # A code the encoder never emits: decode rejects a payload holding it (None: every code is valid).
     invalid_code: ClassVar[int | None] = None
+    has_numba = True
 
     def _nblocks(self, n: int) -> int:
         return -(-n // (self.block or max(n, 1)))
@@ -79,6 +82,27 @@ class _AbsmaxScaled(Compressor):
             out[a:b] = (values * self._scales(absmax, a, row, values.shape[0])).view(-1)
         return out
 
+    def _encode_numba(self, flat, body, shape, *, step, rank, stream):
+        from .kernels.common import f32_section
+
+        nb = self._nblocks(flat.size)
+        self._numba_encode(flat, f32_section(body, 0, nb, writable=True), body[4 * nb:])
+
+    def _decode_numba(self, body, shape, out, add):
+        from .kernels import scaled8 as kernels
+        from .kernels.common import f32_section
+
+        nb = self._nblocks(out.size)
+        codes = body[4 * nb:]
+        if self.invalid_code is not None and kernels.has_code(codes, self.invalid_code):
+            raise wire.PayloadError(f"{self.name}: code {self.invalid_code} in payload, which its encoder never emits")
+        kernels.decode(codes, f32_section(body, 0, nb), self.block, self._code_values, out, add)
+
+    @functools.cached_property
+    def _code_values(self) -> np.ndarray:
+        """The float32 value of each code before scaling, as the reference's _dequantize gives it."""
+        return self._dequantize(torch.arange(256, dtype=torch.uint8)).numpy()
+
 
 class Dynamic8(_AbsmaxScaled):
     """Dettmers' 8-bit dynamic tree type (see ``dynamic_tree``)."""
@@ -96,6 +120,13 @@ class Dynamic8(_AbsmaxScaled):
     def _dequantize(self, codes):
         return dynamic_tree.tables(codes.device).value_of_code[codes.long()]
 
+    def _numba_encode(self, flat, maxima, codes):
+        from .kernels import scaled8 as kernels
+
+        t = dynamic_tree.tables("cpu")
+        kernels.dynamic8_encode(flat, self.block, maxima, codes, t.bin_position.numpy(), t.bin_bound.numpy(),
+                                t.code_of_position.numpy())
+
 
 class Linear8(_AbsmaxScaled):
     """255 uniform levels over [-max, max]: code = rint(x / max * 127) + 127."""
@@ -110,3 +141,9 @@ class Linear8(_AbsmaxScaled):
 
     def _dequantize(self, codes):
         return (codes.to(torch.float32) - 127.0) * (1.0 / 127.0)
+
+    def _numba_encode(self, flat, maxima, codes):
+        from .kernels import scaled8 as kernels
+
+        kernels.linear8_encode(flat, self.block, maxima, codes)
+

@@ -74,6 +74,8 @@ _TRAINING: tuple[Param, ...] = (
           doc="test accuracy whose first crossing gives time_to_accuracy_s (required in a sweep)"),
     Param("max_steps_per_epoch", None, int, low=1, nullable=True, doc="cap on steps per epoch (null: all)"),
     Param("min_compress_numel", 1024, int, low=0, doc="smaller tensors travel uncompressed in one fp32 all_reduce"),
+    Param("impl", "auto", str, choices=compressors.IMPLS,
+          doc="the compressor's code: numba (CPU kernels), reference (torch), auto (numba where it has kernels)"),
     Param("fail_at_epoch", None, int, low=1, nullable=True, doc="test hook: raise at the start of this epoch"),
     Param("force_nan_at_step", None, int, low=0, nullable=True, doc="test hook: make this step's loss NaN"),
 )
@@ -147,6 +149,8 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
                                 "or the compressor never runs")
     if settings["backend"] == "nccl" and not settings["use_gpu"]:
         yield "backend", "nccl needs GPUs: set use_gpu: true, or use gloo (or auto) on CPUs"
+    if settings.get("impl") == "numba" and not compressors.has_numba(settings["compressor"]):
+        yield "impl", f"{settings['compressor']} has no Numba kernels; use impl: auto or reference"
     algorithm = settings.get("algorithm")
     if algorithm is not None and algorithm not in algorithms(settings["compressor"]):
         valid = algorithms(settings["compressor"])

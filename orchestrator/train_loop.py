@@ -71,9 +71,9 @@ def _setup_distributed(config: dict[str, Any]) -> tuple[int, int, torch.device, 
 
 
 def _comm_hook(config: dict[str, Any], compressor: str, algorithm: str | None,
-               params: dict[str, Any]) -> Any:
+               params: dict[str, Any], impl: str = "auto") -> Any:
     return ddp.comm_hook(compressor, algorithm, min_compress_numel=config["min_compress_numel"],
-                         seed=config["seed"], **params)
+                         seed=config["seed"], impl=impl, **params)
 
 
 def _optimizer(config: dict[str, Any], params) -> torch.optim.Optimizer:
@@ -146,7 +146,7 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
     model = workloads.build_model(config["model"], data.input_shape, data.num_classes, **model_options).to(device)
     summary = workloads.model_summary(model, config["min_compress_numel"])
 
-    main = _comm_hook(config, config["compressor"], config["algorithm"], config["compressor_params"])
+    main = _comm_hook(config, config["compressor"], config["algorithm"], config["compressor_params"], config["impl"])
     warm = _comm_hook(config, "fp32", None, {})
     switch = ddp.HookSwitch(warm if config["warmup_epochs"] > 0 else main)
     # DDP also with one worker: the compressor encodes and decodes every gradient, so its cost in

@@ -238,10 +238,16 @@ def test_topk_index_out_of_range():
             m = bytearray(b)
             m[at + 4 * i:at + 4 * i + 4] = struct.pack("<i", bad)
             rejects(c, tensor(m), "out of range")
-    for good in (0, 11):
+    indices = struct.unpack("<3i", b[at:at + 12])
+    for good in ((0, 1, 2), (9, 10, 11), (0, 5, 11)):  # any strictly ascending indices in range decode
         m = bytearray(b)
-        m[at:at + 4] = struct.pack("<i", good)
-        assert c.decode(tensor(m)).shape == (3, 4)
+        m[at:at + 12] = struct.pack("<3i", *good)
+        assert c.decode(tensor(m)).reshape(-1).nonzero().view(-1).tolist() == [
+            i for i in good if c.decode(tensor(m)).reshape(-1)[i] != 0]
+    for bad in ((indices[1], indices[0], indices[2]), (indices[0], indices[0], indices[2])):
+        m = bytearray(b)
+        m[at:at + 12] = struct.pack("<3i", *bad)
+        rejects(c, tensor(m), "not strictly ascending")  # duplicates would make decode and decode-add disagree
 
 
 def adaptive_payload(shape, pi):
@@ -270,10 +276,15 @@ def test_adaptive_bad_offsets(offsets):
 
 def test_adaptive_good_offsets_other_split_decode():
     c, b = adaptive_payload((3, 10), 0.2)
-    for offsets in ([0, 0, 0], [0, 6, 6], [0, 3, 6]):
-        m = bytearray(b)
+    at = 56 + 4 + 36
+    entries = [2 << 1, 6 << 1, 7 << 1, 1 << 1, 3 << 1, 9 << 1]  # two ascending runs of three columns
+    m = bytearray(b)
+    m[at:at + 12] = struct.pack("<6H", *entries)
+    for offsets in ([0, 3, 3], [0, 0, 3], [0, 3, 6]):  # each split keeps every row's columns ascending
         m[60:72] = struct.pack("<3i", *offsets)
         assert c.decode(tensor(m)).shape == (3, 10)
+    m[60:72] = struct.pack("<3i", 0, 0, 0)  # one row holding columns 2, 6, 7, 1, 3, 9
+    rejects(c, tensor(m), "not strictly ascending")
 
 
 def test_adaptive_column_index_out_of_range_16_bit():
@@ -296,7 +307,7 @@ def test_adaptive_column_index_out_of_range_32_bit():
         m[at + 4:at + 8] = struct.pack("<i", bad)
         rejects(c, tensor(m), "column index")
     m = bytearray(b)
-    m[at:at + 4] = struct.pack("<i", 39999 << 1)
+    m[at + 28:at + 32] = struct.pack("<i", 39999 << 1)  # the last entry: the largest column stays ascending
     assert c.decode(tensor(m)).shape == shape
 
 

@@ -1,0 +1,111 @@
+"""What the kernels share: jit options, float bits, the counter hash, absmax, the fixed-order sum."""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+# nogil: callers may run kernels in threads; error_model="numpy": x / 0 gives inf/nan as in torch
+# instead of raising.
+JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+INLINE = {**JIT, "inline": "always"}
+
+F32 = np.float32
+_GOLDEN, _FMIX1, _FMIX2 = np.uint64(0x9E3779B1), np.uint64(0x85EBCA6B), np.uint64(0xC2B2AE35)
+
+
+@intrinsic
+def f32_bits(typingctx, x):
+    """The uint32 bit pattern of a float32 (a bitcast)."""
+    if x == types.float32:
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], ir.IntType(32))
+        return types.uint32(types.float32), codegen
+    return None
+
+
+@intrinsic
+def bits_f32(typingctx, x):
+    """The float32 of a uint32 bit pattern (a bitcast)."""
+    if x == types.uint32:
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], ir.FloatType())
+        return types.float32(types.uint32), codegen
+    return None
+
+
+@njit(**INLINE)
+def uniform(key, index):
+    """compressors.rng.uniform of one element: fmix32(index * GOLDEN ^ key) >> 8, times 2**-24.
+
+    Each step is truncated to uint32 (Numba widens uint32 * uint32 to 64 bits), so that the
+    loops calling it vectorise over 8 lanes of 32 bits."""
+    x = np.uint32(np.uint64(index) * _GOLDEN)
+    x ^= np.uint32(key)
+    x ^= x >> np.uint32(16)
+    x = np.uint32(np.uint64(x) * _FMIX1)
+    x ^= x >> np.uint32(13)
+    x = np.uint32(np.uint64(x) * _FMIX2)
+    x ^= x >> np.uint32(16)
+    return F32(x >> np.uint32(8)) * F32(2.0 ** -24)
+
+
+@njit(**INLINE)
+def absmax(x, lo, hi):
+    """torch.amax(|x[lo:hi]|), 0 for an empty range: an integer max over the bits without the sign,
+    so that a NaN (whose bits exceed inf's) wins as in torch."""
+    m = np.uint32(0)
+    for i in range(lo, hi):
+        b = np.uint32(f32_bits(x[i]) & np.uint32(0x7FFFFFFF))
+        m = b if b > m else m
+    return bits_f32(np.uint32(m))
+
+
+# ---------------------------------------------------------------- the fixed-order sum
+# compressors.pairwise defines it: a pairwise tree over the row padded with zeros to a
+# power of two, left + right, in float64. These build it in one pass with a stack of
+# partial sums (a binary counter): a node of level k sums 2**k leaves.
+
+
+@njit(**INLINE)
+def tree_push(sums, levels, depth, value, level):
+    """Push a node (the sum of 2**level leaves, in order); returns the new depth."""
+    while depth > 0 and levels[depth - 1] == level:
+        depth -= 1
+        value = sums[depth] + value
+        level += 1
+    sums[depth] = value
+    levels[depth] = level
+    return depth + 1
+
+
+@njit(**INLINE)
+def tree_total(sums, levels, depth, count):
+    """The tree's sum after ``count`` leaves were pushed: the zero padding up to the next power of
+    two is pushed as whole zero subtrees (their sum is +0.0, as the reference's additions give)."""
+    if count == 0:
+        return 0.0
+    size = 1
+    while size < count:
+        size *= 2
+    position = count
+    while position < size:
+        level = 0
+        while (position >> level) & 1 == 0:
+            level += 1
+        depth = tree_push(sums, levels, depth, 0.0, level)
+        position += 1 << level
+    return sums[0]
+
+
+def f32_section(body: np.ndarray, start: int, count: int, *, writable: bool = False) -> np.ndarray:
+    """``count`` float32 at byte ``start`` of a uint8 body. A section to read is copied when unaligned
+    (a payload cut out of a gathered buffer), so that every kernel sees one array type; one to write
+    must be aligned (a payload's body is: its header is a multiple of 8 bytes)."""
+    raw = body[start:start + 4 * count]
+    if raw.ctypes.data % 4:
+        if writable:
+            raise ValueError("an encode's out buffer must be 4-byte aligned")
+        raw = raw.copy()
+    return raw.view(np.float32)

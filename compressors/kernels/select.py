@@ -1,0 +1,225 @@
+"""Top-k and adaptive (compressors.sparse): exact selection by a radix select, then the bodies.
+
+The selection ranks the reference's ``nan_to_num(|v|, nan=inf)`` as integer
+keys (see ``magnitude_key``). One histogram pass over all ``n`` keys finds
+the bin of the 16-bit top digit that holds the k-th largest; a second pass
+lists the indices above that bin (all of them taken) and those in it (the
+candidates); a histogram of the 15-bit low digit over the candidates alone
+finds the threshold and how many ties at it are taken, by ascending index.
+The two ascending lists are then merged: two passes over the input, no sort.
+
+Decoders validate the whole payload before writing into ``out`` and return 0,
+or 1 + the number of the first check that failed, in the order the reference
+runs its checks (compressors.sparse words the messages).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .common import F32, INLINE, JIT, bits_f32
+
+_LOW_BITS = 15  # keys have 31 bits: a 16-bit top digit, a 15-bit low one
+_LOW_MASK = (1 << _LOW_BITS) - 1
+_INF = 0x7F800000
+
+
+@njit(**INLINE)
+def magnitude_key(word):
+    """nan_to_num(|v|, nan=inf) of float32 bits as an int64 that orders alike: the bits without the
+    sign, inf lowered to the largest finite float (nan_to_num's posinf default) and every NaN set
+    to inf, so a NaN outranks an inf, which ties with 3.4e38."""
+    key = np.int64(word) & 0x7FFFFFFF
+    if key >= _INF:
+        key = _INF if key > _INF else _INF - 1
+    return key
+
+
+@njit(**JIT)
+def select_largest(bits, k, out):
+    """Write the ascending indices of the ``k`` largest magnitudes of float32 ``bits`` (uint32) into
+    int32 ``out`` (``k`` long): every key above the k-th largest, then ties by ascending index."""
+    n = bits.size
+    if k == 0:
+        return
+    top = np.zeros(1 << (31 - _LOW_BITS), np.int32)
+    for i in range(n):
+        top[magnitude_key(bits[i]) >> _LOW_BITS] += 1
+    # The bin of the k-th largest key; ``above`` keys lie in higher bins, all taken.
+    b = top.size - 1
+    above = 0
+    while above + top[b] < k:
+        above += top[b]
+        b -= 1
+    # Branch-free: each index is stored in both lists and kept by advancing the count. ``above``
+    # < k, so ``out`` has room for the one slot past the kept ones.
+    low_edge = np.int64(b) << _LOW_BITS
+    high_edge = low_edge + (1 << _LOW_BITS)
+    candidates = np.empty(top[b] + 1, np.int32)
+    kept = 0
+    seen = 0
+    for i in range(n):
+        key = magnitude_key(bits[i])
+        out[kept] = i
+        candidates[seen] = i
+        kept += np.int64(key >= high_edge)
+        seen += np.int64((key >= low_edge) & (key < high_edge))
+    # The threshold's low digit among the candidates, and how many ties at it are taken.
+    wanted = k - above
+    low = np.zeros(1 << _LOW_BITS, np.int32)
+    for j in range(seen):
+        low[magnitude_key(bits[candidates[j]]) & _LOW_MASK] += 1
+    d = low.size - 1
+    taken = 0
+    while taken + low[d] < wanted:
+        taken += low[d]
+        d -= 1
+    room = wanted - taken
+    m = 0
+    for j in range(seen):
+        i = candidates[j]
+        digit = magnitude_key(bits[i]) & _LOW_MASK
+        if digit == d:
+            if room == 0:
+                continue
+            room -= 1
+        if digit >= d:
+            candidates[m] = i
+            m += 1
+    # Merge from the back: out[:above] and candidates[:wanted] into out[:k], in place.
+    a = above - 1
+    c = wanted - 1
+    for p in range(k - 1, -1, -1):
+        if c < 0:
+            break  # what is left of out[:above] is already in place
+        if a >= 0 and out[a] > candidates[c]:
+            out[p] = out[a]
+            a -= 1
+        else:
+            out[p] = candidates[c]
+            c -= 1
+
+
+# ---------------------------------------------------------------- topk
+
+
+@njit(**JIT)
+def topk_encode(bits, values, idx):
+    """The ``idx.size`` largest: their bits into ``values`` (uint32), ascending indices into ``idx``."""
+    select_largest(bits, idx.size, idx)
+    for j in range(idx.size):
+        values[j] = bits[idx[j]]
+
+
+@njit(**JIT)
+def topk_decode(values, idx, out, add):
+    """out[idx] (+)= values, the rest of ``out`` zero (or kept). Checks: 1 an index outside
+    [0, out.size), 2 indices not strictly ascending."""
+    n = out.size
+    for j in range(idx.size):
+        if idx[j] < 0 or idx[j] >= n:
+            return 1
+    for j in range(1, idx.size):
+        if idx[j] <= idx[j - 1]:
+            return 2
+    if not add:
+        out[:] = F32(0.0)
+    for j in range(idx.size):
+        if add:
+            out[idx[j]] += values[j]
+        else:
+            out[idx[j]] = values[j]
+    return 0
+
+
+# ---------------------------------------------------------------- adaptive
+
+
+@njit(**INLINE)
+def _put(entries, j, wide, value):
+    """Entry ``j``, little-endian, in 4 bytes when ``wide`` else 2."""
+    if wide:
+        for t in range(4):
+            entries[4 * j + t] = np.uint8((value >> (8 * t)) & 0xFF)
+    else:
+        entries[2 * j] = np.uint8(value & 0xFF)
+        entries[2 * j + 1] = np.uint8(value >> 8)
+
+
+@njit(**INLINE)
+def _get(entries, j, wide):
+    """Entry ``j`` as the reference reads it: a signed int32 when ``wide``, else an uint16."""
+    if wide:
+        value = np.int64(0)
+        for t in range(4):
+            value |= np.int64(entries[4 * j + t]) << (8 * t)
+        return value - (np.int64(1) << 32) if value >= (1 << 31) else value
+    return np.int64(entries[2 * j]) | np.int64(entries[2 * j + 1]) << 8
+
+
+@njit(**JIT)
+def adaptive_encode(bits, k, rows, cols, ints, floats, entries, wide):
+    """``ints`` and ``floats`` view the body's head (total, row offsets, positive means, negative
+    means) as int32 and float32; ``entries`` is the rest (uint8). Sums in float64 in ascending
+    index order, as the reference's CPU index_add_ makes them."""
+    idx = np.empty(k, np.int32)
+    select_largest(bits, k, idx)
+    sums = np.zeros(2 * rows, np.float64)
+    counts = np.zeros(2 * rows, np.int64)
+    for j in range(k):
+        i = np.int64(idx[j])
+        row = i // cols
+        v = bits_f32(bits[i])
+        negative = np.int64(v < F32(0.0))
+        sums[2 * row + negative] += np.float64(v)
+        counts[2 * row + negative] += 1
+        _put(entries, j, wide, (i - row * cols) << 1 | negative)
+    ints[0] = k
+    offset = 0
+    for r in range(rows):
+        ints[1 + r] = offset
+        offset += counts[2 * r] + counts[2 * r + 1]
+        for side in range(2):
+            c = counts[2 * r + side]
+            floats[1 + (1 + side) * rows + r] = F32(sums[2 * r + side] / c) if c > 0 else F32(0.0)
+
+
+@njit(**JIT)
+def adaptive_decode(ints, floats, entries, k, rows, cols, wide, out, add):
+    """Each entry's region mean into (or onto) ``out``. Checks: 1 a total other than ``k``,
+    2 offsets not ascending from 0 within [0, k], 3 a column index outside [0, cols),
+    4 column indices not strictly ascending within a row."""
+    if ints[0] != k:
+        return 1
+    if rows > 0 and ints[1] != 0:
+        return 2
+    for r in range(rows):
+        end = ints[2 + r] if r + 1 < rows else k
+        if end < ints[1 + r]:
+            return 2
+    for j in range(k):
+        e = _get(entries, j, wide)
+        if e < 0 or e >> 1 >= cols:
+            return 3
+    # Rows ascend and columns lie in [0, cols): strictly ascending flat positions are exactly
+    # strictly ascending columns within each row.
+    last = np.int64(-1)
+    for r in range(rows):
+        end = ints[2 + r] if r + 1 < rows else k
+        for j in range(ints[1 + r], end):
+            position = r * cols + (_get(entries, j, wide) >> 1)
+            if position <= last:
+                return 4
+            last = position
+    if not add:
+        out[:] = F32(0.0)
+    for r in range(rows):
+        end = ints[2 + r] if r + 1 < rows else k
+        for j in range(ints[1 + r], end):
+            e = _get(entries, j, wide)
+            v = floats[1 + 2 * rows + r] if e & 1 else floats[1 + rows + r]
+            if add:
+                out[r * cols + (e >> 1)] += v
+            else:
+                out[r * cols + (e >> 1)] = v
+    return 0
