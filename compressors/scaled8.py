@@ -104,6 +104,15 @@ class _AbsmaxScaled(Compressor):
         return self._dequantize(torch.arange(256, dtype=torch.uint8)).numpy()
 
 
+@functools.cache
+def _bin_codes() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per bin of dynamic_tree: its bound, and the codes below and at/above it (the kernel's tables)."""
+    t = dynamic_tree.tables("cpu")
+    below = t.code_of_position[t.bin_position.long()]
+    above = t.code_of_position[(t.bin_position.long() + 1).clamp(max=127)]
+    return t.bin_bound.numpy(), below.numpy(), above.numpy()
+
+
 class Dynamic8(_AbsmaxScaled):
     """Dettmers' 8-bit dynamic tree type (see ``dynamic_tree``)."""
     name = "dynamic8"
@@ -123,9 +132,7 @@ class Dynamic8(_AbsmaxScaled):
     def _numba_encode(self, flat, maxima, codes):
         from .kernels import scaled8 as kernels
 
-        t = dynamic_tree.tables("cpu")
-        kernels.dynamic8_encode(flat, self.block, maxima, codes, t.bin_position.numpy(), t.bin_bound.numpy(),
-                                t.code_of_position.numpy())
+        kernels.dynamic8_encode(flat, self.block, maxima, codes, *_bin_codes())
 
 
 class Linear8(_AbsmaxScaled):

@@ -18,22 +18,23 @@ def _block_of(n, block):
 
 
 @njit(**JIT)
-def dynamic8_encode(x, block, maxima, codes, bin_position, bin_bound, code_of_position):
+def dynamic8_encode(x, block, maxima, codes, bin_bound, lo_code, hi_code):
     """codes[i] = sign << 7 | the table's code of a = clamp(|x| / max, 0, 1) (0 where max is not > 0
-    or a is NaN): the bin of a's bits >> 15 holds at most one bound, so one compare finds it."""
+    or a is NaN): the bin of a's bits >> 15 holds at most one bound, so one compare picks the
+    bin's code below it or above it."""
     n = x.size
     row = _block_of(n, block)
     for b in range(maxima.size):
         lo, hi = b * row, min(b * row + row, n)
         m = absmax(x, lo, hi)
         maxima[b] = m
-        for i in range(lo, hi):
-            v = x[i]
+        xs, cs = x[lo:hi], codes[lo:hi]  # indexed from range(): no negative-index fix-up
+        for i in range(hi - lo):
+            v = xs[i]
             a = abs(v) / m if m > F32(0.0) else F32(0.0)
             a = F32(0.0) if a != a else min(a, F32(1.0))
             j = f32_bits(a) >> np.uint32(15)
-            position = bin_position[j] + (1 if a >= bin_bound[j] else 0)
-            codes[i] = code_of_position[position] | (np.uint8(128) if v < F32(0.0) else np.uint8(0))
+            cs[i] = (lo_code[j] if a < bin_bound[j] else hi_code[j]) | (np.uint8(128) if v < F32(0.0) else np.uint8(0))
 
 
 @njit(**JIT)
@@ -45,10 +46,11 @@ def linear8_encode(x, block, maxima, codes):
         lo, hi = b * row, min(b * row + row, n)
         m = absmax(x, lo, hi)
         maxima[b] = m
-        for i in range(lo, hi):
-            q = np.rint(x[i] / m * F32(127.0)) if m > F32(0.0) else F32(0.0)
+        xs, cs = x[lo:hi], codes[lo:hi]  # indexed from range(): no negative-index fix-up
+        for i in range(hi - lo):
+            q = np.rint(xs[i] / m * F32(127.0)) if m > F32(0.0) else F32(0.0)
             q = F32(0.0) if q != q else min(max(q, F32(-127.0)), F32(127.0))
-            codes[i] = np.uint8(np.int32(q) + 127)
+            cs[i] = np.uint8(np.int32(q) + 127)
 
 
 @njit(**JIT)
@@ -67,9 +69,10 @@ def decode(codes, maxima, block, value_of_code, out, add):
     for b in range(maxima.size):
         lo, hi = b * row, min(b * row + row, n)
         m = maxima[b]
+        cs, os = codes[lo:hi], out[lo:hi]  # indexed from range(): no negative-index fix-up
         if add:
-            for i in range(lo, hi):
-                out[i] += value_of_code[codes[i]] * m
+            for i in range(hi - lo):
+                os[i] += value_of_code[cs[i]] * m
         else:
-            for i in range(lo, hi):
-                out[i] = value_of_code[codes[i]] * m
+            for i in range(hi - lo):
+                os[i] = value_of_code[cs[i]] * m
