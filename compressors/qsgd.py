@@ -122,6 +122,7 @@ class QSGD(Compressor):
                       rank: int, stream: int) -> None:
         from .kernels import qsgd as kernels
         from .kernels.common import f32_section
+
         nb = self._nbuckets(flat.size)
         kernels.encode(flat, rng.stream_key(self.seed, step, rank, stream), self.bits, self.bucket,
                        self.norm == "l2", f32_section(body, 0, nb, writable=True), body[4 * nb:])
@@ -129,5 +130,6 @@ class QSGD(Compressor):
     def _decode_numba(self, body: np.ndarray, shape: tuple[int, ...], out: np.ndarray, add: bool) -> None:
         from .kernels import qsgd as kernels
         from .kernels.common import f32_section
+
         nb = self._nbuckets(out.size)
         kernels.decode(f32_section(body, 0, nb), body[4 * nb:], self.bits, self.bucket, out, add)

@@ -68,6 +68,9 @@ def absmax(x, lo, hi):
 # partial sums (a binary counter): a node of level k sums 2**k leaves.
 
 
+TREE_DEPTH = 64  # stack slots: one per level, and a row is shorter than 2**63
+
+
 @njit(**INLINE)
 def tree_push(sums, levels, depth, value, level):
     """Push a node (the sum of 2**level leaves, in order); returns the new depth."""

@@ -11,9 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .common import F32, INLINE, JIT, tree_push, tree_total
-
-_STACK = 64  # levels of the tree: rows are shorter than 2**63
+from .common import F32, INLINE, JIT, TREE_DEPTH, tree_push, tree_total
 
 
 @njit(**INLINE)
@@ -43,13 +41,12 @@ def _group(x, i):
 
 @njit(**JIT)
 def encode(x, rows, cols, mean_pos, mean_neg, packed):
-    sums_p = np.empty(_STACK, np.float64)
-    sums_n = np.empty(_STACK, np.float64)
-    levels_p = np.empty(_STACK, np.int64)
-    levels_n = np.empty(_STACK, np.int64)
-    n = rows * cols
-    for k in range(packed.size):  # rows that do not start on a byte OR their bits in
-        packed[k] = 0
+    sums_p = np.empty(TREE_DEPTH, np.float64)
+    sums_n = np.empty(TREE_DEPTH, np.float64)
+    levels_p = np.empty(TREE_DEPTH, np.int64)
+    levels_n = np.empty(TREE_DEPTH, np.int64)
+    if cols & 7:  # rows then do not all start on a byte, and their bits are OR-ed in
+        packed[:] = 0
     for r in range(rows):
         base = r * cols
         aligned = base % 8 == 0
@@ -83,7 +80,6 @@ def encode(x, rows, cols, mean_pos, mean_neg, packed):
         total_n = tree_total(sums_n, levels_n, depth_n, cols)
         mean_pos[r] = F32(total_p / count) if count > 0 else F32(0.0)
         mean_neg[r] = F32(total_n / (cols - count)) if cols - count > 0 else F32(0.0)
-    return n
 
 
 @njit(**INLINE)

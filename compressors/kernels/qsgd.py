@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .common import F32, INLINE, JIT, absmax, tree_push, tree_total, uniform
+from .common import F32, INLINE, JIT, TREE_DEPTH, absmax, tree_push, tree_total, uniform
 
 CHUNK = 4096  # codes per scratch: a multiple of 8; the chunk's input stays in L1
 _BYTE = np.uint64(0xFF)
@@ -165,9 +165,8 @@ def encode(x, key, bits, bucket, l2, norms, packed):
     s = F32((1 << (bits - 1)) - 1)
     sign = np.uint8(1 << (bits - 1))
     codes = np.empty(CHUNK, np.uint8)
-    # The tree's stack: one node per level at most, and a bucket has fewer than 2**31 entries.
-    sums = np.empty(64, np.float64)
-    levels = np.empty(64, np.int64)
+    sums = np.empty(TREE_DEPTH, np.float64)  # the l2 tree's stack
+    levels = np.empty(TREE_DEPTH, np.int64)
     b = -1
     end = 0  # where the current bucket ends
     norm = F32(0.0)
