@@ -1,15 +1,23 @@
 """1-bit SGD (compressors.onebit): per row of the 2-D view, the means of the entries >= 0 and < 0.
 
 The sums behind the means follow compressors.pairwise (a pairwise tree in
-float64, zero-padded to a power of two): aligned groups of 8 entries are
-summed as ((x0+x1)+(x2+x3))+((x4+x5)+(x6+x7)) and pushed as one level-3 node,
-the rest leaf by leaf. Bits: 1 for an entry >= 0, little-endian over the
-flat index; a row starting on a byte boundary packs whole bytes directly.
+float64, zero-padded to a power of two), built with a stack of nodes
+(common.tree_push). Aligned runs of 32 entries are summed in vector IR
+(``_block32``: four groups of 8 transposed into lanes, so each lane adds its
+group's leaves in the tree's order) to one level-5 node each; 32 such nodes
+are summed level by level to one level-10 node (1024 entries) and pushed. The
+rest of a row: aligned groups of 8 summed as
+((x0+x1)+(x2+x3))+((x4+x5)+(x6+x7)) and pushed as level-3 nodes, then leaf by
+leaf. Bits: 1 for an entry >= 0, little-endian over the flat index; a row
+starting on a byte boundary writes whole bytes, one starting mid-byte ORs them
+in shifted.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from .common import F32, INLINE, JIT, TREE_DEPTH, tree_push, tree_total
 
@@ -39,38 +47,114 @@ def _group(x, i):
     return sp, sn, np.uint8(byte), count
 
 
+@intrinsic
+def _block32(typingctx, x, i):
+    """32 entries from x[i] on (x C-contiguous): (the level-5 tree node of each side, their bits
+    as an int64 of 32 bits, little-endian, how many are >= 0). In vector IR: the entries as 4 groups of 8 are
+    transposed so that one <4 x double> holds a leaf of each group, and the groups' level-3 nodes
+    are built lane by lane with the tree's additions; then (g0 + g1) + (g2 + g3)."""
+    if not (isinstance(x, types.Array) and x.ndim == 1 and x.layout == "C" and x.dtype == types.float32
+            and isinstance(i, types.Integer)):
+        return None
+    sig = types.Tuple((types.float64, types.float64, types.int64, types.int64))(x, i)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        index = context.cast(builder, args[1], signature.args[1], types.intp)
+        f32x32 = ir.VectorType(ir.FloatType(), 32)
+        f64x4 = ir.VectorType(ir.DoubleType(), 4)
+        v = builder.load(builder.bitcast(builder.gep(ary.data, [index]), f32x32.as_pointer()), align=4)
+        zero = ir.Constant(f32x32, None)
+        ok = builder.fcmp_ordered(">=", v, zero)
+        word = builder.bitcast(ok, ir.IntType(32))
+        bits = builder.zext(word, ir.IntType(64))
+        count = builder.zext(builder.ctpop(word), ir.IntType(64))
+
+        def side(values):
+            # column t: entry t of each group, as float64 (exact)
+            cols = [builder.fpext(builder.shuffle_vector(values, values, ir.Constant(
+                ir.VectorType(ir.IntType(32), 4), [t, 8 + t, 16 + t, 24 + t])), f64x4) for t in range(8)]
+            a = lambda p, q: builder.fadd(p, q)  # noqa: E731
+            g = a(a(a(cols[0], cols[1]), a(cols[2], cols[3])), a(a(cols[4], cols[5]), a(cols[6], cols[7])))
+            e = [builder.extract_element(g, ir.Constant(ir.IntType(32), k)) for k in range(4)]
+            return a(a(e[0], e[1]), a(e[2], e[3]))
+
+        sp = side(builder.select(ok, v, zero))
+        sn = side(builder.select(ok, zero, v))
+        return context.make_tuple(builder, signature.return_type, [sp, sn, bits, count])
+    return sig, codegen
+
+
 @njit(**JIT)
 def encode(x, rows, cols, mean_pos, mean_neg, packed):
+    x = np.ascontiguousarray(x)  # the caller's array is; a no-op then
     sums_p = np.empty(TREE_DEPTH, np.float64)
     sums_n = np.empty(TREE_DEPTH, np.float64)
     levels_p = np.empty(TREE_DEPTH, np.int64)
     levels_n = np.empty(TREE_DEPTH, np.int64)
+    nodes_p = np.empty(32, np.float64)  # the level-5 nodes of a block of 1024 entries
+    nodes_n = np.empty(32, np.float64)
     if cols & 7:  # rows then do not all start on a byte, and their bits are OR-ed in
         packed[:] = 0
     for r in range(rows):
         base = r * cols
-        aligned = base % 8 == 0
+        shift = base & 7
         depth_p = 0
         depth_n = 0
         count = 0
-        groups = cols // 8
-        # Row slices indexed from range() values: provably >= 0, so no negative-index fix-up.
-        row = x[base:base + cols]
-        pk = packed[base >> 3:(base >> 3) + groups + 1]
+        # Runs of 32 entries (aligned to the row start): one level-5 node each; 32 of them, summed
+        # here level by level, make one level-10 node.
+        runs = cols // 32
+        if runs > 0:
+            pk = packed[base >> 3:(base >> 3) + 4 * runs + 1]
+            for b in range(runs):
+                sp, sn, bits, c = _block32(x, base + 32 * b)
+                count += c
+                if shift == 0:
+                    pk[4 * b] = np.uint8(bits & 255)
+                    pk[4 * b + 1] = np.uint8((bits >> 8) & 255)
+                    pk[4 * b + 2] = np.uint8((bits >> 16) & 255)
+                    pk[4 * b + 3] = np.uint8(bits >> 24)
+                else:
+                    w = bits << shift
+                    pk[4 * b] |= np.uint8(w & 255)
+                    pk[4 * b + 1] |= np.uint8((w >> 8) & 255)
+                    pk[4 * b + 2] |= np.uint8((w >> 16) & 255)
+                    pk[4 * b + 3] |= np.uint8((w >> 24) & 255)
+                    pk[4 * b + 4] |= np.uint8(w >> 32)
+                k = b & 31
+                nodes_p[k] = sp
+                nodes_n[k] = sn
+                if k == 31:
+                    h = 16
+                    while h > 0:
+                        for i in range(h):
+                            nodes_p[i] = nodes_p[2 * i] + nodes_p[2 * i + 1]
+                            nodes_n[i] = nodes_n[2 * i] + nodes_n[2 * i + 1]
+                        h >>= 1
+                    depth_p = tree_push(sums_p, levels_p, depth_p, nodes_p[0], 10)
+                    depth_n = tree_push(sums_n, levels_n, depth_n, nodes_n[0], 10)
+            for k in range(runs & 31):
+                depth_p = tree_push(sums_p, levels_p, depth_p, nodes_p[k], 5)
+                depth_n = tree_push(sums_n, levels_n, depth_n, nodes_n[k], 5)
+        # The rest: groups of 8 (level-3 nodes), then leaf by leaf.
+        start = 32 * runs
+        groups = (cols - start) // 8
+        row = x[base + start:base + cols]
+        pk = packed[(base + start) >> 3:((base + start) >> 3) + groups + 1]
         for g in range(groups):
             sp, sn, byte, c = _group(row, 8 * g)
             count += c
-            if aligned:
+            if shift == 0:
                 pk[g] = byte
             else:
-                shift = base & 7
                 pk[g] |= np.uint8((np.int64(byte) << shift) & 255)
                 pk[g + 1] |= np.uint8(np.int64(byte) >> (8 - shift))
             depth_p = tree_push(sums_p, levels_p, depth_p, sp, 3)
             depth_n = tree_push(sums_n, levels_n, depth_n, sn, 3)
-        for j in range(8 * groups, cols):
+        for j in range(start + 8 * groups, cols):
             i = base + j
-            p, q, ok = _sides(row[j])
+            p, q, ok = _sides(x[i])
             count += ok
             if ok:
                 packed[i >> 3] |= np.uint8(1 << (i & 7))
