@@ -1,13 +1,18 @@
 """Averaging lists of gradients across a process group, compressed or not.
 
-Every function works in place on its tensors, gives the same result on every
-rank (decoded values are summed in rank order everywhere), runs on gloo with
-CPU tensors and on NCCL with CUDA tensors, and returns a ``StepStats``.
-All tensors of one call travel in one collective per phase.
+Each function here is a *program* (``compressors.pipeline``): a generator
+that works in place on its tensors, yields each collective it starts
+(``async_op=True``) and returns a ``StepStats``; ``pipeline.run`` runs it to
+completion, ``pipeline.Pipeline`` overlapped. Phase k's collective goes over
+``groups[k]`` (the same group twice when run to completion). Every program
+gives the same result on every rank (decoded values are summed in rank order
+everywhere), runs on gloo with CPU tensors and on NCCL with CUDA tensors. All
+tensors of one call travel in one collective per phase.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -15,7 +20,10 @@ import torch.distributed as dist
 from . import accounting, wire
 from .base import Compressor
 from .feedback import ErrorFeedback
+from .pipeline import Program
 from .stats import StepStats
+
+Groups = Sequence["dist.ProcessGroup | None"]
 
 
 class _Phases:
@@ -32,21 +40,29 @@ class _Phases:
         return time.perf_counter()
 
     def charge(self, phase: str) -> None:
-        """Add the time since the last charge to ``phase`` (encode, comm or decode)."""
+        """Add the time since the last charge to ``phase`` (encode or decode)."""
         now = self._now()
         setattr(self.stats, f"{phase}_s", getattr(self.stats, f"{phase}_s") + now - self.last)
         self.last = now
+
+    def collective(self, completed_at: float) -> None:
+        """The collective started at the last charge completed at ``completed_at``: its span is comm time.
+        Time from then to now (a stage waiting for its turn) is no phase's."""
+        self.stats.comm_s += completed_at - self.last
+        self.stats.comm_spans.append((self.last, completed_at))
+        self.last = self._now()
 
 
 # torch 2.13 renamed all_gather_into_tensor (and deprecated the old name); 2.11 has only the old one.
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
-def _gather_into(out: torch.Tensor, mine: torch.Tensor, world: int, group: dist.ProcessGroup | None) -> None:
+def _gather_into(out: torch.Tensor, mine: torch.Tensor, world: int,
+                 group: dist.ProcessGroup | None) -> dist.Work | None:
     if world > 1:
-        _all_gather(out, mine, group=group)
-    else:
-        out.copy_(mine)
+        return _all_gather(out, mine, group=group, async_op=True)
+    out.copy_(mine)
+    return None
 
 
 def world_of(group: dist.ProcessGroup | None) -> tuple[int, int]:
@@ -56,20 +72,17 @@ def world_of(group: dist.ProcessGroup | None) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def allreduce_native(tensors: list[torch.Tensor], wire_dtype: torch.dtype,
-                     group: dist.ProcessGroup | None) -> StepStats:
+def allreduce_native(tensors: list[torch.Tensor], wire_dtype: torch.dtype, groups: Groups) -> Program:
     """Fused all_reduce of the tensors cast to ``wire_dtype`` (the fp32/fp16/bf16 baselines)."""
     stats = StepStats(numel=sum(t.numel() for t in tensors))
     if not tensors:
         return stats
-    rank, world = world_of(group)
+    rank, world = world_of(groups[0])
     phases = _Phases(stats, tensors[0].device)
     # Divide before summing, as DDP does: a 16-bit sum can overflow where the mean fits.
     flat = torch.cat([t.reshape(-1).to(wire_dtype) for t in tensors]).div_(world)
     phases.charge("encode")
-    if world > 1:
-        dist.all_reduce(flat, group=group)
-    phases.charge("comm")
+    phases.collective((yield dist.all_reduce(flat, group=groups[0], async_op=True) if world > 1 else None))
     flat = flat.to(torch.float32)
     offset = 0
     for t in tensors:
@@ -85,12 +98,12 @@ def _compensate(ef: ErrorFeedback | None, key: int | tuple, x: torch.Tensor) -> 
 
 
 def allgather_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Compressor,
-                         ef: ErrorFeedback | None, step: int, group: dist.ProcessGroup | None) -> StepStats:
+                         ef: ErrorFeedback | None, step: int, groups: Groups) -> Program:
     """Every rank encodes, payloads are all-gathered, every rank decodes all and sums."""
     stats = StepStats(numel=sum(t.numel() for t in tensors))
     if not tensors:
         return stats
-    rank, world = world_of(group)
+    rank, world = world_of(groups[0])
     phases = _Phases(stats, tensors[0].device)
     payloads = []
     for key, t in zip(keys, tensors):
@@ -102,8 +115,7 @@ def allgather_compressed(tensors: list[torch.Tensor], keys: list[int], compresso
     mine = torch.cat(payloads)
     gathered = torch.empty(world * mine.numel(), dtype=torch.uint8, device=mine.device)
     phases.charge("encode")
-    _gather_into(gathered, mine, world, group)
-    phases.charge("comm")
+    phases.collective((yield _gather_into(gathered, mine, world, groups[0])))
     sizes = [p.numel() for p in payloads]
     for i, t in enumerate(tensors):
         start = sum(sizes[:i])
@@ -148,7 +160,7 @@ def _chunk(matrix: torch.Tensor, bounds: tuple[int, int]) -> torch.Tensor:
 
 def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Compressor,
                    ef: ErrorFeedback | None, server_ef: ErrorFeedback | None, step: int,
-                   group: dist.ProcessGroup | None) -> StepStats:
+                   groups: Groups) -> Program:
     """Reduce-scatter then all-gather, both compressed (the CNTK/LBANN/DeepSpeed/CGX pattern).
 
     Each rank encodes one chunk per destination; ``all_to_all_single`` sends
@@ -159,7 +171,7 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     stats = StepStats(numel=sum(t.numel() for t in tensors))
     if not tensors:
         return stats
-    rank, world = world_of(group)
+    rank, world = world_of(groups[0])
     device = tensors[0].device
     phases = _Phases(stats, device)
     layout = []  # per tensor: (matrix shape, chunk bounds per rank)
@@ -184,12 +196,13 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     my_sizes = [compressor.payload_nbytes((b[rank][1] - b[rank][0], s2[1])) for s2, b in layout]
     recv = torch.empty(world * sum(my_sizes), dtype=torch.uint8, device=device)
     phases.charge("encode")
+    work = None
     if world > 1:
-        dist.all_to_all_single(recv, send, output_split_sizes=[sum(my_sizes)] * world,
-                               input_split_sizes=send_sizes, group=group)
+        work = dist.all_to_all_single(recv, send, output_split_sizes=[sum(my_sizes)] * world,
+                                      input_split_sizes=send_sizes, group=groups[0], async_op=True)
     else:
         recv.copy_(send)
-    phases.charge("comm")
+    phases.collective((yield work))
 
     # Server side: average my chunk of every tensor, re-encode it.
     server_payloads = []
@@ -216,8 +229,7 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     padded[:mine.numel()] = mine
     gathered = torch.empty(world * width, dtype=torch.uint8, device=device)
     phases.charge("encode")
-    _gather_into(gathered, padded, world, group)
-    phases.charge("comm")
+    phases.collective((yield _gather_into(gathered, padded, world, groups[1])))
 
     for i, (t, (shape2, bounds)) in enumerate(zip(tensors, layout)):
         whole = torch.empty(shape2, dtype=torch.float32, device=device)

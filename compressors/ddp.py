@@ -10,17 +10,23 @@ function).  Three kinds:
   the model's parameters (their keys).  :func:`reducer_hook` averages the
   bucket's per-parameter gradients through the Reducer, so per-column methods
   see real matrices, and closes the step at the bucket DDP reduces last.
+- :class:`AllreduceHookState` (fp32): PyTorch's ``allreduce_hook``, what DDP
+  does without a hook; for fp32 warm-up epochs before a compressed method
+  (DDP takes one hook for its lifetime). An fp32 baseline registers no hook.
 - :class:`CastHookState` (fp16/bf16 over ``allreduce``): PyTorch's
   ``fp16_compress_hook`` / ``bf16_compress_hook``.
 - :class:`PowerSGDHookState` (``powersgd``): PyTorch's ``PowerSGDState`` and
   a ledger of ``StepStats``; :func:`powersgd_hook` runs ``powerSGD_hook``.
 
-Every hook runs its collectives to completion, so the timing of
-encode/communicate/decode is exact but DDP cannot overlap that communication
-with the rest of backward.  Every state has ``compressor``, ``algorithm``,
-``params``, ``history`` (one ``StepStats`` per finished step), ``step`` and
-``state_dict``/``load_state_dict``.  The hooks work at any world size,
-including a one-process group.
+With ``overlap`` (the default) a hook returns its future unwaited, so DDP
+overlaps bucket i's communication with the backward of the buckets after it:
+our compressors encode in the hook and chain the rest on ``Future.then``
+(``compressors.pipeline``). Without it every hook runs its collectives to
+completion: DDP cannot overlap them, and the per-phase timing is exact. The
+numbers are the same both ways, bit for bit. Every state has ``compressor``,
+``algorithm``, ``params``, ``overlap``, ``history`` (one ``StepStats`` per
+finished step), ``step`` and ``state_dict``/``load_state_dict``. The hooks work
+at any world size, including a one-process group.
 
 No ``from __future__ import annotations`` here: DDP compares the hooks'
 annotations with ``dist.GradBucket`` and ``Future[Tensor]`` at registration.
@@ -40,6 +46,7 @@ from .collectives import world_of
 from .params import Param
 from .reducer import Reducer
 from .stats import StepLedger, StepStats
+from .step_clock import StepClock
 
 POWERSGD = "powersgd"
 registry.register_hook_method(POWERSGD, (
@@ -76,6 +83,34 @@ class HookState(ABC):
     compressor: str
     algorithm: str
     params: dict[str, Any]
+    overlap: bool
+    _pending: list[torch.futures.Future]  # the step's bucket futures, while it overlaps
+
+    def _finish(self, bucket: dist.GradBucket, fut: torch.futures.Future[torch.Tensor]
+                ) -> torch.futures.Future[torch.Tensor]:
+        """What the hook returns for ``fut`` (the bucket's averaged buffer): with ``overlap`` the future
+        itself, the last bucket's only once every bucket of the step is done and the step is closed;
+        without, its value, waited for here."""
+        if not self.overlap:
+            value = fut.wait()
+            if bucket.is_last():
+                self._end_step()
+            return _done(value)
+        self._pending.append(fut)
+        if not bucket.is_last():
+            return fut
+        pending, self._pending = self._pending, []
+
+        def close(done: torch.futures.Future) -> torch.Tensor:
+            values = [f.wait() for f in done.value()]  # re-raises the first bucket that failed
+            self._end_step()
+            return values[-1]
+
+        return torch.futures.collect_all(pending).then(close)
+
+    @abstractmethod
+    def _end_step(self) -> None:
+        """Close the step's statistics."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.compressor!r}, algorithm={self.algorithm!r}, {self.params})"
@@ -118,10 +153,13 @@ class HookState(ABC):
 def reducer_hook(state: "ReducerHookState", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Average the bucket's per-parameter gradients with the state's Reducer (keys: parameter indices)."""
     keys = [state.param_index[p] for p in bucket.parameters()]
-    state.reducer.reduce(bucket_views(bucket), keys)
-    if bucket.is_last():
-        state.reducer.end_step()
-    return _done(bucket.buffer())
+    buffer = bucket.buffer()
+    if state.overlap:
+        averaged = state.reducer.reduce_async(bucket_views(bucket), keys).then(lambda fut: (fut.wait(), buffer)[1])
+    else:
+        state.reducer.reduce(bucket_views(bucket), keys)
+        averaged = _done(buffer)
+    return state._finish(bucket, averaged)
 
 
 class ReducerHookState(HookState):
@@ -131,7 +169,12 @@ class ReducerHookState(HookState):
 
     def __init__(self, reducer: Reducer) -> None:
         self.reducer = reducer
+        self.overlap = reducer.overlap
+        self._pending = []
         self.param_index: dict[torch.nn.Parameter, int] = {}
+
+    def _end_step(self) -> None:
+        self.reducer.end_step()
 
     compressor = property(lambda self: self.reducer.compressor)
     algorithm = property(lambda self: self.reducer.algorithm)
@@ -156,36 +199,73 @@ class _LedgerState(HookState):
     """A state whose hook records its own ``StepStats``."""
 
     def __init__(self, compressor: str, algorithm: str, params: dict[str, Any],
-                 group: dist.ProcessGroup | None) -> None:
+                 group: dist.ProcessGroup | None, overlap: bool) -> None:
         self.compressor = compressor
         self.algorithm = algorithm
         self.params = params
         self.group = group
+        self.overlap = overlap
+        self._pending = []
         self.ledger = StepLedger()
 
     history = property(lambda self: self.ledger.history, doc="One ``StepStats`` per finished step.")
     step = property(lambda self: self.ledger.step, doc="Finished steps.")
 
-    def _record(self, bucket: dist.GradBucket, start: float, result: torch.Tensor, bytes_sent: float) -> None:
-        if result.is_cuda:
-            torch.cuda.synchronize()
-        self.ledger.add(StepStats(bytes_sent=bytes_sent, comm_s=time.perf_counter() - start,
-                                  numel=bucket.buffer().numel()))
-        if bucket.is_last():
-            self.ledger.end_step()
+    def _end_step(self) -> None:
+        self.ledger.end_step()
+
+    def _timed(self, bucket: dist.GradBucket, start: float, fut: torch.futures.Future[torch.Tensor],
+               bytes_sent: float) -> torch.futures.Future[torch.Tensor]:
+        """``fut`` (a PyTorch hook's), counted and timed from ``start`` to its completion as one collective."""
+        numel = bucket.buffer().numel()
+
+        def record(done: torch.futures.Future) -> torch.Tensor:
+            result = done.value()
+            if result.is_cuda:
+                torch.cuda.synchronize()
+            end = time.perf_counter()
+            self.ledger.add(StepStats(bytes_sent=bytes_sent, comm_s=end - start, numel=numel,
+                                      comm_spans=[(start, end)]))
+            return result
+
+        return fut.then(record)
+
+
+def allreduce_hook(state: "AllreduceHookState", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """PyTorch's ``allreduce_hook`` (DDP's own averaging) over the bucket, timed and counted."""
+    _, world = world_of(state.group)
+    start = time.perf_counter()
+    fut = default_hooks.allreduce_hook(state.group, bucket)
+    sent = accounting.ring_allreduce_bytes(4 * bucket.buffer().numel(), world)
+    return state._finish(bucket, state._timed(bucket, start, fut, sent))
+
+
+class AllreduceHookState(_LedgerState):
+    """fp32: PyTorch's ``allreduce_hook``, DDP's own bucketed average (for fp32 warm-up epochs)."""
+
+    hook = staticmethod(allreduce_hook)
+
+    def __init__(self, params: dict[str, Any], group: dist.ProcessGroup | None, overlap: bool) -> None:
+        super().__init__("fp32", "allreduce", params, group, overlap)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"compressor": self.compressor, "algorithm": self.algorithm, "step": self.ledger.step}
+
+    def load_state_dict(self, state: dict[str, Any], device: torch.device | str = "cpu") -> None:
+        self._check_state(state)
+        self.ledger.step = state["step"]
 
 
 _CAST_HOOKS = {torch.float16: default_hooks.fp16_compress_hook, torch.bfloat16: default_hooks.bf16_compress_hook}
 
 
 def cast_hook(state: "CastHookState", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """PyTorch's fp16/bf16 compress hook over the whole bucket, run to completion, timed and counted."""
+    """PyTorch's fp16/bf16 compress hook over the whole bucket, timed and counted."""
     _, world = world_of(state.group)
     start = time.perf_counter()
-    result = _CAST_HOOKS[state.cast_dtype](state.group, bucket).wait()
-    state._record(bucket, start, result,
-                  accounting.ring_allreduce_bytes(state.cast_dtype.itemsize * bucket.buffer().numel(), world))
-    return _done(result)
+    fut = _CAST_HOOKS[state.cast_dtype](state.group, bucket)
+    sent = accounting.ring_allreduce_bytes(state.cast_dtype.itemsize * bucket.buffer().numel(), world)
+    return state._finish(bucket, state._timed(bucket, start, fut, sent))
 
 
 class CastHookState(_LedgerState):
@@ -193,8 +273,9 @@ class CastHookState(_LedgerState):
 
     hook = staticmethod(cast_hook)
 
-    def __init__(self, compressor: str, params: dict[str, Any], group: dist.ProcessGroup | None) -> None:
-        super().__init__(compressor, "allreduce", params, group)
+    def __init__(self, compressor: str, params: dict[str, Any], group: dist.ProcessGroup | None,
+                 overlap: bool) -> None:
+        super().__init__(compressor, "allreduce", params, group, overlap)
         self.cast_dtype = registry.COMPRESSORS[compressor].cast_dtype
 
     def state_dict(self) -> dict[str, Any]:
@@ -208,18 +289,44 @@ class CastHookState(_LedgerState):
 # ---------------------------------------------------------------- PyTorch's PowerSGD
 
 
+def _settle(target: torch.futures.Future, source: torch.futures.Future) -> None:
+    try:
+        target.set_result(source.value())
+    except BaseException as error:
+        target.set_exception(error)
+
+
 def powersgd_hook(state: "PowerSGDHookState", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """PyTorch's ``powerSGD_hook``, run to completion, timed and counted."""
+    """PyTorch's ``powerSGD_hook``, timed and counted.
+
+    Overlapped, a bucket's hook starts once the bucket before it is done: PowerSGD starts its second
+    all_reduce from a callback, on the group of its first, and on gloo callbacks run when the first
+    completes, at times that differ between ranks; one bucket at a time keeps the order the same."""
     ps = state.powersgd
     _, world = world_of(ps.process_group)
     shapes = [tuple(g.shape) for g in bucket.gradients()]
-    compressing = ps.iter >= ps.start_powerSGD_iter
-    start = time.perf_counter()
-    result = torch_powersgd.powerSGD_hook(ps, bucket).wait()
-    sent = accounting.powersgd_bytes(shapes, ps.matrix_approximation_rank, world, compressing,
-                                     ps.min_compression_rate)
-    state._record(bucket, start, result, sent)
-    return _done(result)
+    result: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+
+    def start(before: torch.futures.Future | None) -> None:
+        try:
+            if before is not None:
+                before.wait()  # an earlier bucket failed: start nothing more
+            compressing = ps.iter >= ps.start_powerSGD_iter
+            sent = accounting.powersgd_bytes(shapes, ps.matrix_approximation_rank, world, compressing,
+                                             ps.min_compression_rate)
+            begun = time.perf_counter()
+            fut = state._timed(bucket, begun, torch_powersgd.powerSGD_hook(ps, bucket), sent)
+        except BaseException as error:
+            result.set_exception(error)
+            return
+        fut.then(lambda done: _settle(result, done))
+
+    before, state._tail = state._tail, result
+    if before is None or not state.overlap:
+        start(before)
+    else:
+        before.then(start)
+    return state._finish(bucket, result)
 
 
 class PowerSGDHookState(_LedgerState):
@@ -227,8 +334,9 @@ class PowerSGDHookState(_LedgerState):
 
     hook = staticmethod(powersgd_hook)
 
-    def __init__(self, params: dict[str, Any], group: dist.ProcessGroup | None) -> None:
-        super().__init__(POWERSGD, POWERSGD, params, group)
+    def __init__(self, params: dict[str, Any], group: dist.ProcessGroup | None, overlap: bool) -> None:
+        super().__init__(POWERSGD, POWERSGD, params, group, overlap)
+        self._tail: torch.futures.Future | None = None  # the last bucket's future
         self.powersgd = torch_powersgd.PowerSGDState(
             process_group=group, matrix_approximation_rank=params["matrix_rank"],
             start_powerSGD_iter=START_POWERSGD_ITER, random_seed=params["seed"])
@@ -250,14 +358,17 @@ class PowerSGDHookState(_LedgerState):
 
 def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_compress_numel: int = 1024,
               group: dist.ProcessGroup | None = None, error_feedback: bool | None = None,
-              impl: str = "auto", **params: Any) -> HookState:
+              impl: str = "auto", overlap: bool = True, **params: Any) -> HookState:
     """The hook state for ``compressor`` over ``algorithm`` (defaults as ``compressors.default_algorithm``).
 
-    powersgd, and fp16/bf16 over ``allreduce``, use PyTorch's own hooks
-    (``powerSGD_hook``, ``fp16_compress_hook``, ``bf16_compress_hook``);
-    everything else goes through a ``Reducer`` (``min_compress_numel``,
-    ``error_feedback``, ``impl`` and ``params`` as there).  Unknown names,
-    algorithms and parameters raise ValueError naming the valid ones.
+    powersgd, fp32, and fp16/bf16 over ``allreduce``, use PyTorch's own hooks
+    (``powerSGD_hook``, ``allreduce_hook``, ``fp16_compress_hook``,
+    ``bf16_compress_hook``); everything else goes through a ``Reducer``
+    (``min_compress_numel``, ``error_feedback``, ``impl`` and ``params`` as
+    there). ``overlap``: return each bucket's future unwaited (the module
+    docstring); for a Reducer it is a collective call (it makes a process
+    group). Unknown names, algorithms and parameters raise ValueError naming
+    the valid ones.
     """
     if compressor in registry.HOOK_METHODS:
         valid = registry.algorithms(compressor)
@@ -268,18 +379,28 @@ def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_com
         if impl == "numba":
             raise ValueError(f"{compressor} has no Numba kernels (it runs PyTorch's hook): use impl 'auto'")
         # PowerSGD applies its own rule for what it compresses (min_compression_rate); no error_feedback switch.
-        return PowerSGDHookState(registry.check_params(compressor, **params), group)
+        return PowerSGDHookState(registry.check_params(compressor, **params), group, overlap)
+    codec = registry.COMPRESSORS.get(compressor)  # None: unknown, and the Reducer says so
+    torch_hook = codec is not None and codec.cast_dtype in (torch.float32, *_CAST_HOOKS) and \
+        (algorithm or registry.default_algorithm(compressor)) == "allreduce"
+    # The Reducer checks every setting; it is the hook only where no PyTorch hook is.
     reducer = Reducer(compressor, algorithm, min_compress_numel=min_compress_numel, group=group,
-                      error_feedback=error_feedback, impl=impl, **params)
-    if reducer.algorithm == "allreduce" and reducer.codec.cast_dtype in _CAST_HOOKS:
-        return CastHookState(compressor, reducer.params, group)
-    return ReducerHookState(reducer)
+                      error_feedback=error_feedback, impl=impl, overlap=overlap and not torch_hook, **params)
+    if not torch_hook:
+        return ReducerHookState(reducer)
+    if reducer.codec.cast_dtype == torch.float32:
+        return AllreduceHookState(reducer.params, group, overlap)
+    return CastHookState(compressor, reducer.params, group, overlap)
 
 
 def switch_hook(switch: "HookSwitch", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Hand the bucket to the switch's active state."""
+    """Hand the bucket to the switch's active state (timed for the switch's clock, if it has one)."""
     state = switch.active
-    return state.hook(state, bucket)
+    started = time.perf_counter()
+    fut = state.hook(state, bucket)
+    if switch.clock is not None:
+        switch.clock.hook_call(started, time.perf_counter())
+    return fut
 
 
 class HookSwitch:
@@ -288,12 +409,13 @@ class HookSwitch:
     DDP takes a single hook for its lifetime; this lets training start with
     fp32 warm-up epochs and switch to the compressed method: ``register``
     the model with every state once, then set ``active`` (one of them)
-    between steps.
+    between steps. With a ``StepClock`` it reports each hook call's time.
     """
 
-    def __init__(self, active: HookState) -> None:
+    def __init__(self, active: HookState, clock: StepClock | None = None) -> None:
         self._active = active
         self.states: list[HookState] | None = None
+        self.clock = clock  # told how long each hook call held the main thread
 
     @property
     def active(self) -> HookState:

@@ -10,10 +10,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import collectives
+from . import collectives, pipeline
 from .feedback import ErrorFeedback
 from .registry import algorithms, default_algorithm, get
 from .stats import StepLedger, StepStats
+
+
+def phase_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:
+    """A second process group over ``group``'s ranks, for the collectives that overlapped programs start
+    from callbacks (``compressors.pipeline``). A collective call: every rank of the job makes it, in the
+    same order. None without a group of more than one rank."""
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return None
+    ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+    return dist.new_group(ranks, backend=dist.get_backend(group))
 
 
 class Reducer:
@@ -28,13 +38,17 @@ class Reducer:
 
     A training step may average its tensors in several calls (DDP's buckets):
     ``reduce`` each part, then ``end_step``; ``average`` does both for one call.
+    With ``overlap`` (a collective call: it makes a process group), ``reduce_async``
+    returns at once with a future while the collectives run; the numbers are
+    those of ``reduce``, bit for bit.
     ``history`` holds one ``StepStats`` per finished step, ``step`` counts them
     (it drives the stochastic rounding and survives ``state_dict``).
     """
 
     def __init__(self, compressor: str = "fp32", algorithm: str | None = None, *,
                  min_compress_numel: int = 1024, group: dist.ProcessGroup | None = None,
-                 error_feedback: bool | None = None, impl: str = "auto", **params: Any) -> None:
+                 error_feedback: bool | None = None, impl: str = "auto", overlap: bool = False,
+                 **params: Any) -> None:
         self.compressor = compressor
         self.codec = get(compressor, impl=impl, **params)  # unknown names and bad parameters raise here
         self.codec.warm_up()  # kernels compile (or load from their cache) now, not in a timed step
@@ -48,6 +62,10 @@ class Reducer:
         self.algorithm = algorithm
         self.min_compress_numel = min_compress_numel
         self.group = group
+        self.overlap = overlap
+        # Phase 2 (sra's all_gather) gets a group of its own when it is started from callbacks.
+        self._groups = (group, phase_group(group) if overlap else group)
+        self._pipeline = pipeline.Pipeline() if overlap else None
         if error_feedback is None:
             error_feedback = self.codec.needs_error_feedback
         self.ef = ErrorFeedback() if error_feedback else None
@@ -80,25 +98,48 @@ class Reducer:
         its tensor's random stream.  Returns what this call cost (also added
         to the step's ``StepStats``); the step stays open.
         """
+        stats = StepStats()
+        for program in self._programs(tensors, keys):
+            stats += pipeline.run(program)
+        self._ledger.add(stats)
+        return stats
+
+    def reduce_async(self, tensors: list[torch.Tensor], keys: list[Hashable]) -> torch.futures.Future[StepStats]:
+        """``reduce`` overlapped: encodes and starts the first collectives now, returns a future of the
+        call's ``StepStats`` (added to the step when it completes). Needs ``overlap``."""
+        if self._pipeline is None:
+            raise RuntimeError("reduce_async needs a Reducer made with overlap=True")
+        futures = [self._pipeline.launch(program) for program in self._programs(tensors, keys)]
+
+        def add(done: torch.futures.Future) -> StepStats:
+            stats = StepStats()
+            for fut in done.value():
+                stats += fut.wait()
+            self._ledger.add(stats)
+            return stats
+
+        return torch.futures.collect_all(futures).then(add)
+
+    def _programs(self, tensors: list[torch.Tensor], keys: list[Hashable]) -> list[pipeline.Program]:
         if len(keys) != len(tensors):
             raise ValueError(f"{len(tensors)} tensors but {len(keys)} keys")
         # fp32 over allreduce has nothing to compress: every tensor joins the one fused fp32 all_reduce.
         fused = self.codec.cast_dtype == torch.float32 and self.algorithm == "allreduce"
         small = [t for t in tensors if fused or t.numel() < self.min_compress_numel]
         large = [(k, t) for k, t in zip(keys, tensors) if not fused and t.numel() >= self.min_compress_numel]
-        stats = collectives.allreduce_native(small, torch.float32, self.group)
+        programs = [collectives.allreduce_native(small, torch.float32, self._groups)]
         large_keys = [k for k, _ in large]
         large_tensors = [t for _, t in large]
         step = self._ledger.step
         if self.algorithm == "allreduce":
-            stats += collectives.allreduce_native(large_tensors, self.codec.cast_dtype, self.group)
+            programs.append(collectives.allreduce_native(large_tensors, self.codec.cast_dtype, self._groups))
         elif self.algorithm == "allgather":
-            stats += collectives.allgather_compressed(large_tensors, large_keys, self.codec, self.ef, step, self.group)
+            programs.append(collectives.allgather_compressed(large_tensors, large_keys, self.codec, self.ef, step,
+                                                             self._groups))
         else:
-            stats += collectives.sra_compressed(large_tensors, large_keys, self.codec, self.ef, self.server_ef,
-                                                step, self.group)
-        self._ledger.add(stats)
-        return stats
+            programs.append(collectives.sra_compressed(large_tensors, large_keys, self.codec, self.ef,
+                                                       self.server_ef, step, self._groups))
+        return programs
 
     def end_step(self) -> StepStats:
         """Close the step in progress; returns its ``StepStats`` (also appended to ``history``)."""

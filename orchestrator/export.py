@@ -39,13 +39,18 @@ orchestrator.plots, and configurations are labelled by orchestrator.labels.
   ``speedup_vs_fp32`` compares.
 - ``speedup_vs_16bit``, ``speedup_vs_16bit_basis``: the same against the
   16-bit baseline (``fp16``, or ``bf16`` where a study has no fp16 trials).
-- ``step_time_s``: median seconds per training step; ``compute_s``,
-  ``encode_s``, ``comm_s``, ``decode_s``: median seconds per step in
-  forward/backward/optimizer, compression, communication and decompression;
-  ``samples_per_s``: training throughput of all workers; ``bytes_sent``:
-  bytes one rank sends per step; ``compression_ratio``: fp32 ring-allreduce
-  bytes / bytes sent. The training loop reports each per epoch; the table
-  holds the median over the epochs run.
+- ``step_time_s``: median seconds per training step, split as ``compute_s``
+  (forward, backward and optimizer, without waiting on communication) +
+  ``exposed_comm_s`` (the communication backward did not hide: time in the
+  hooks' main-thread part and waiting for their futures;
+  compressors.step_clock). ``encode_s``, ``comm_s``, ``decode_s``: the hook's
+  own phases, which overlap the step when ``overlap`` is on (``comm_s``: wall
+  time of its collectives, each second once; NaN for fp32 over allreduce,
+  plain DDP, which has no hook). ``samples_per_s``: training throughput of
+  all workers; ``bytes_sent``: bytes one rank sends per step;
+  ``compression_ratio``: fp32 ring-allreduce bytes / bytes sent. The
+  training loop reports each per epoch (median over its steps, max over
+  ranks); the table holds the median over the epochs run.
 - ``parameters``, ``grad_bytes_fp32``, ``compressible_share``: the model's parameter
   count, its gradient bytes in fp32, and the share of those bytes in tensors of at
   least ``min_compress_numel`` elements (the part a compressor acts on); empty for a
@@ -61,11 +66,12 @@ after that epoch, "running", "ok" or "diverged").
 ``compressor key=value ...`` (its parameters that are set, algorithm, and any
 other setting that varies; orchestrator.labels), for each ``num_workers`` the
 final accuracy, time to accuracy and speedup vs fp32 as mean ± sample standard
-deviation over seeds with the number of trials; then the trials that did not
+deviation over seeds with the number of trials; then the step time in compute,
+exposed communication and the hook's phases; then the trials that did not
 finish "ok", with their reason.
 
 ``plots/`` -- PNG figures (orchestrator.plots): accuracy against time, speedup
-against workers, and the step time (ms) split into compute, encode, comm, decode.
+against workers, and the step time (ms) split into compute and exposed communication.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ Configurations are labelled as orchestrator.labels writes them, in legends and b
   dashed line is the target accuracy.
 - ``speedup_vs_workers.png``: mean ``speedup_vs_fp32`` over seeds against
   ``num_workers``, one line per configuration.
-- ``step_time_breakdown.png``: milliseconds per step split into compute, encode,
-  comm and decode (medians over epochs, mean over seeds), one stacked bar per
-  configuration and ``num_workers``.
+- ``step_time_breakdown.png``: milliseconds per step split into compute and
+  exposed communication (medians over epochs, mean over seeds;
+  ``tables.step_time_table``), one stacked bar per configuration and
+  ``num_workers``.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from .tables import config_labels
+from .tables import config_labels, step_time_table
 
-__all__ = ["write_plots", "step_time_bars"]
+__all__ = ["write_plots"]
 
-_PARTS = ("compute_s", "encode_s", "comm_s", "decode_s")
+# Stacked, they make the step: what communication left of it is the exposed part.
+_PARTS = ("compute", "exposed_comm")
 
 
 def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path) -> list[Path]:
@@ -35,7 +37,7 @@ def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path) -> li
     if trials.empty:
         return []
     folder.mkdir(parents=True, exist_ok=True)
-    bars = step_time_bars(trials)
+    bars = step_time_table(trials)[list(_PARTS)]
     trials = trials.assign(label=config_labels(trials))
     labels = list(dict.fromkeys(trials["label"]))
     cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
@@ -95,26 +97,11 @@ def _speedup_vs_workers(plt, trials, colours, workers):
     return figure
 
 
-def step_time_bars(trials: pd.DataFrame) -> pd.DataFrame:
-    """The bars of step_time_breakdown.png: milliseconds per step in compute, encode, comm and decode
-    (medians over epochs, mean over seeds), one row per configuration and worker count, indexed by
-    label; grouped by worker count, configurations in table order within each."""
-    parts = trials[list(_PARTS)].apply(pd.to_numeric, errors="coerce")
-    complete = parts.notna().all(axis=1)
-    label = config_labels(trials, extra=("num_workers",)).rename("label")
-    configurations = config_labels(trials)
-    rank = configurations.map({name: i for i, name in enumerate(dict.fromkeys(configurations))}).rename("order")
-    groups = [trials["num_workers"][complete], rank[complete], label[complete]]
-    means = (parts[complete] * 1000).groupby(groups, sort=False).mean()
-    means = means.sort_index(level=[0, 1], sort_remaining=False).droplevel([0, 1])
-    return means.rename(columns=lambda part: part.removesuffix("_s"))
-
-
 def _breakdown(plt, bars):
     figure, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(bars) + 2), 4.5))
     bottom = [0.0] * len(bars)
     for part in bars.columns:
-        ax.bar(range(len(bars)), bars[part].to_numpy(), bottom=bottom, label=part)
+        ax.bar(range(len(bars)), bars[part].to_numpy(), bottom=bottom, label=part.replace("_", " "))
         bottom = [b + h for b, h in zip(bottom, bars[part])]
     ax.set_xticks(range(len(bars)), list(bars.index), rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("step time (ms; median over epochs, mean over seeds)")

@@ -74,6 +74,12 @@ _TRAINING: tuple[Param, ...] = (
           doc="test accuracy whose first crossing gives time_to_accuracy_s (required in a sweep)"),
     Param("max_steps_per_epoch", None, int, low=1, nullable=True, doc="cap on steps per epoch (null: all)"),
     Param("min_compress_numel", 1024, int, low=0, doc="smaller tensors travel uncompressed in one fp32 all_reduce"),
+    Param("overlap", True, bool,
+          doc="hooks return their futures unwaited, so DDP overlaps communication with backward; false: each "
+              "bucket's collectives run to completion in its hook (exact per-phase timing)"),
+    Param("bucket_cap_mb", None, float, low=0, low_open=True, high=1024, nullable=True,
+          doc="DDP's bucket size in MiB: gradients are averaged bucket by bucket as backward produces them; "
+              "null: DDP's default (25, the first bucket 1)"),
     Param("impl", "auto", str, choices=compressors.IMPLS,
           doc="the compressor's code: numba (CPU kernels), reference (torch), auto (numba where it has kernels)"),
     Param("fail_at_epoch", None, int, low=1, nullable=True, doc="test hook: raise at the start of this epoch"),

@@ -3,7 +3,8 @@
 One row per configuration (labelled as orchestrator.labels writes it), for each
 ``num_workers`` the final accuracy, time to accuracy and speedup vs fp32 as
 mean ± sample standard deviation over the "ok" trials (seeds) with their
-number; then the trials that did not finish "ok", with their reason.
+number; then where a step's time went (``tables.step_time_table``); then the
+trials that did not finish "ok", with their reason.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from .labels import format_value
-from .tables import config_labels, numeric
+from .tables import config_labels, numeric, step_time_table
 
 __all__ = ["summary_markdown"]
 
@@ -73,6 +74,7 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str) ->
             cells += [_cell(cell, "accuracy", 4), time, speedup]
         lines.append("| " + " | ".join(cells) + " |")
 
+    lines += _step_time_lines(ok.drop(columns="label"))
     not_ok = trials[trials["status"] != "ok"]
     if not not_ok.empty:
         lines += ["", "## Trials that did not finish ok", ""]
@@ -80,6 +82,21 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str) ->
                   f"{r['reason'] if isinstance(r['reason'], str) and r['reason'] else 'no reason given'}"
                   for r in not_ok.to_dict("records")]
     return "\n".join(lines) + "\n"
+
+
+def _step_time_lines(ok: pd.DataFrame) -> list[str]:
+    table = step_time_table(ok) if not ok.empty else pd.DataFrame()
+    if table.empty:
+        return []
+    lines = ["", "## Where a step's time went", "",
+             "Milliseconds per step (median over epochs, mean over seeds). step = compute + exposed comm: the "
+             "communication backward did not hide. encode, comm, decode: the hook's own phases, which overlap "
+             "the step (comm: wall time of its collectives; – for plain DDP, which has no hook to time them).",
+             "", "| configuration | step | compute | exposed comm | encode | comm | decode |", "|" + "---|" * 7]
+    for label, row in table.iterrows():
+        cells = ["–" if pd.isna(v) else f"{v:.2f}" for v in row.to_numpy()]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _cell(stats: pd.Series, value: str, digits: int, unit: str = "") -> str:

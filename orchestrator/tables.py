@@ -28,11 +28,12 @@ __all__ = [
     "trials_table", "history_table", "history_rows",
     "accuracy_delta", "speedups", "sixteen_bit_baseline",
     "flat_settings", "settings_columns", "varying_settings", "label_keys", "config_labels", "numeric",
+    "step_time_table",
 ]
 
 
 # Per-step metrics of the training loop, summarised as the median over epochs.
-STEP_METRICS = ("step_time_s", "compute_s", "encode_s", "comm_s", "decode_s",
+STEP_METRICS = ("step_time_s", "compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
                 "samples_per_s", "bytes_sent", "compression_ratio")
 # workloads.model_summary of the trained model, as the training loop returned it.
 MODEL_COLUMNS = ("parameters", "grad_bytes_fp32", "compressible_share")
@@ -250,3 +251,23 @@ def config_labels(trials: pd.DataFrame, extra: Iterable[str] = ()) -> pd.Series:
     keys = [*label_keys(trials), *extra]
     rows = _plain(trials[["compressor", *(k for k in keys if k in trials.columns)]]).to_dict("records")
     return pd.Series([config_label(row, keys) for row in rows], index=trials.index, dtype=object)
+
+
+# A step's time is compute + exposed communication; the hook's own phases overlap the step.
+STEP_PARTS = ("step_time_s", "compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s")
+
+
+def step_time_table(trials: pd.DataFrame) -> pd.DataFrame:
+    """Milliseconds per step (medians over epochs, mean over seeds) in ``STEP_PARTS`` without the ``_s``,
+    one row per configuration and worker count, indexed by label (``config_labels`` with num_workers);
+    grouped by worker count, configurations in table order within each. Trials without a compute and
+    exposed-communication time are left out; comm is NaN for plain DDP (not observable without a hook)."""
+    parts = trials[list(STEP_PARTS)].apply(pd.to_numeric, errors="coerce")
+    complete = parts[["compute_s", "exposed_comm_s"]].notna().all(axis=1)
+    label = config_labels(trials, extra=("num_workers",)).rename("label")
+    configurations = config_labels(trials)
+    rank = configurations.map({name: i for i, name in enumerate(dict.fromkeys(configurations))}).rename("order")
+    groups = [trials["num_workers"][complete], rank[complete], label[complete]]
+    means = (parts[complete] * 1000).groupby(groups, sort=False).mean()
+    means = means.sort_index(level=[0, 1], sort_remaining=False).droplevel([0, 1])
+    return means.rename(columns=lambda part: part.removesuffix("_s"))

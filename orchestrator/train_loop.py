@@ -1,10 +1,10 @@
 """The training loop every worker runs: plain torch, with or without Ray.
 
-``train(config, report)`` builds the workload, wraps the model in DDP when
-the world is larger than one and attaches the compressor as its
-communication hook, trains, evaluates on the whole test set after every
-epoch, and calls ``report(metrics)`` with rank-aggregated metrics (times:
-max over ranks; bytes: mean).  It runs three ways with the same code:
+``train(config, report)`` builds the workload, wraps the model in DDP and
+attaches the compressor as its communication hook (fp32 over allreduce, the
+baseline, is plain DDP: no hook), trains, evaluates on the whole test set
+after every epoch, and calls ``report(metrics)`` with rank-aggregated metrics
+(times: max over ranks; bytes: mean).  It runs three ways with the same code:
 
 - in-process, one worker: ``python -m orchestrator.train_loop --compressor qsgd --bits 4``
 - under torchrun: ``torchrun --nproc-per-node 2 -m orchestrator.train_loop --compressor qsgd``
@@ -33,6 +33,8 @@ import yaml
 import workloads
 from compressors import accounting
 from compressors import ddp
+from compressors.stats import StepStats
+from compressors.step_clock import StepClock
 
 from . import settings
 
@@ -73,7 +75,25 @@ def _setup_distributed(config: dict[str, Any]) -> tuple[int, int, torch.device, 
 def _comm_hook(config: dict[str, Any], compressor: str, algorithm: str | None,
                params: dict[str, Any], impl: str = "auto") -> Any:
     return ddp.comm_hook(compressor, algorithm, min_compress_numel=config["min_compress_numel"],
-                         seed=config["seed"], impl=impl, **params)
+                         seed=config["seed"], impl=impl, overlap=config["overlap"], **params)
+
+
+def _plain_ddp(config: dict[str, Any]) -> bool:
+    """fp32 over allreduce is what users run: DDP with no hook, its bucketed all_reduce overlapped."""
+    return config["compressor"] == "fp32" and config["algorithm"] in (None, "allreduce")
+
+
+class _PlainDDP:
+    """The statistics of plain DDP, which has no hook to count them: the bytes of its ring all_reduces of
+    every gradient in fp32 (``accounting``); its collectives' own time is not observable (NaN)."""
+
+    def __init__(self, grad_numel: int, world: int) -> None:
+        self.bytes_sent = accounting.ring_allreduce_bytes(4 * grad_numel, world)
+        self.numel = grad_numel
+        self.history: list[StepStats] = []
+
+    def end_step(self) -> None:
+        self.history.append(StepStats(bytes_sent=self.bytes_sent, comm_s=math.nan, numel=self.numel))
 
 
 def _optimizer(config: dict[str, Any], params) -> torch.optim.Optimizer:
@@ -146,17 +166,24 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
     model = workloads.build_model(config["model"], data.input_shape, data.num_classes, **model_options).to(device)
     summary = workloads.model_summary(model, config["min_compress_numel"])
 
-    main = _comm_hook(config, config["compressor"], config["algorithm"], config["compressor_params"], config["impl"])
-    warm = _comm_hook(config, "fp32", None, {})
-    switch = ddp.HookSwitch(warm if config["warmup_epochs"] > 0 else main)
     # DDP also with one worker: the compressor encodes and decodes every gradient, so its cost in
     # accuracy shows, through the same hook as with many.
     model = torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=[device.index] if device.type == "cuda" else None)
-    switch.register(model, [warm, main])
+        model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=config["bucket_cap_mb"])
     params = list(model.module.parameters())
-    optimizer = _optimizer(config, params)
     grad_numel = sum(p.numel() for p in params)
+    clock = StepClock(model.module)
+    if _plain_ddp(config):
+        plain = _PlainDDP(grad_numel, world)
+        warm = main = plain
+    else:
+        plain = None
+        main = _comm_hook(config, config["compressor"], config["algorithm"], config["compressor_params"],
+                          config["impl"])
+        warm = _comm_hook(config, "fp32", None, {})
+        switch = ddp.HookSwitch(warm if config["warmup_epochs"] > 0 else main, clock)
+        switch.register(model, [warm, main])
+    optimizer = _optimizer(config, params)
     samples_per_epoch = math.ceil(len(data.train.y) / world)
 
     history: list[dict[str, Any]] = []
@@ -165,13 +192,14 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
     for epoch in range(1, config["epochs"] + 1):
         if config["fail_at_epoch"] == epoch:
             raise RuntimeError(f"fail_at_epoch={epoch}: failing on purpose")
-        switch.active = warm if epoch <= config["warmup_epochs"] else main
-        hook = switch.active
+        hook = warm if epoch <= config["warmup_epochs"] else main
+        if plain is None:
+            switch.active = hook
         indices = workloads.shard_indices(len(data.train.y), rank, world, epoch, config["seed"])
         steps = math.ceil(samples_per_epoch / config["batch_size"])
         if config["max_steps_per_epoch"]:
             steps = min(steps, config["max_steps_per_epoch"])
-        step_times, loss_sum, samples = [], 0.0, 0
+        step_times, exposed, loss_sum, samples = [], [], 0.0, 0
         first_stat = len(hook.history)
         for step in range(steps):
             batch = indices[step * config["batch_size"]:(step + 1) * config["batch_size"]]
@@ -179,15 +207,19 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             if device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
+            clock.start()
             loss = F.cross_entropy(model(x), y)
             if config["force_nan_at_step"] == global_step:
                 loss = loss * math.nan
             optimizer.zero_grad(set_to_none=False)
             loss.backward()
+            exposed.append(clock.exposed_s(time.perf_counter()))
             optimizer.step()
             if device.type == "cuda":
                 torch.cuda.synchronize()
             step_times.append(time.perf_counter() - start)
+            if plain is not None:
+                plain.end_step()
             loss_sum += float(loss.detach()) * len(batch)
             samples += len(batch)
             global_step += 1
@@ -196,11 +228,14 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
         train_time += epoch_time
         loss_sum, samples = aggregate([loss_sum, float(samples)], "sum")
         bytes_sent = statistics.fmean(s.bytes_sent for s in stats) if stats else 0.0
-        per_step = [(t, s.encode_s, s.comm_s, s.decode_s) for t, s in zip(step_times, stats)] or \
-                   [(t, 0.0, 0.0, 0.0) for t in step_times]
-        medians = [_median([row[i] for row in per_step]) for i in range(4)]
-        compute = _median([t - e - c - d for t, e, c, d in per_step])
-        step_time, encode_s, comm_s, decode_s, compute_s = aggregate(medians + [compute], "max")
+        # Per step: its time, compute = time - exposed communication, and the hook's own phases.
+        per_step = [(t, t - x, x, s.encode_s, s.comm_s, s.decode_s) for t, x, s in zip(step_times, exposed, stats)]
+        medians = [_median([row[i] for row in per_step]) for i in range(6)]
+        if plain is not None:
+            medians[4] = 0.0  # plain DDP's comm_s is not observable: NaN, set below, not sent through gloo's max
+        step_time, compute_s, exposed_comm_s, encode_s, comm_s, decode_s = aggregate(medians, "max")
+        if plain is not None:
+            comm_s = math.nan
         (bytes_sent,) = aggregate([bytes_sent], "mean")
         train_loss = loss_sum / max(samples, 1)
         accuracy, test_loss = _evaluate(model, data.test, rank, world, device, aggregate)
@@ -218,7 +253,8 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             "epoch": epoch, "train_time_s": train_time, "test_accuracy": accuracy, "test_loss": test_loss,
             "train_loss": train_loss, "step_time_s": step_time,
             "samples_per_s": samples / max(epoch_time, 1e-12),
-            "compute_s": compute_s, "encode_s": encode_s, "comm_s": comm_s, "decode_s": decode_s,
+            "compute_s": compute_s, "exposed_comm_s": exposed_comm_s,
+            "encode_s": encode_s, "comm_s": comm_s, "decode_s": decode_s,
             "bytes_sent": bytes_sent,
             "compression_ratio": accounting.compression_ratio(grad_numel, world, bytes_sent),
             "time_to_accuracy_s": reached_at,

@@ -506,7 +506,7 @@ def test_invalid_hooks_name_the_valid_choices():
 
 
 def test_comm_hook_picks_the_state_for_the_method():
-    cases = {("fp32", None): (ddp.ReducerHookState, "allreduce"), ("fp16", None): (ddp.CastHookState, "allreduce"),
+    cases = {("fp32", None): (ddp.AllreduceHookState, "allreduce"), ("fp16", None): (ddp.CastHookState, "allreduce"),
              ("bf16", None): (ddp.CastHookState, "allreduce"), ("fp16", "sra"): (ddp.ReducerHookState, "sra"),
              ("qsgd", None): (ddp.ReducerHookState, "sra"), ("onebit", "allgather"): (ddp.ReducerHookState, "allgather"),
              ("powersgd", None): (ddp.PowerSGDHookState, "powersgd")}
