@@ -1,20 +1,28 @@
 """QSGD on the CPU: the body of compressors.qsgd.QSGD, bits 2..8, max or l2 norms.
 
-Encode walks the tensor in chunks of ``CHUNK`` codes (a multiple of 8, so that
-every chunk's bits start on a byte): a bucket's norm is taken when the walk
-enters it (the bucket is then in cache for its codes), the chunk's codes go to
-a small scratch and are packed eight at a time (eight codes of b bits fill b
-bytes exactly, whatever b). Decode unpacks a chunk the same way and scales it
-bucket by bucket. The packing helpers are inlined with ``bits`` a constant,
-one copy per width, so that their loops unroll and vectorise.
+Encode walks the tensor bucket by bucket: a bucket's norm, then its codes
+(the bucket is then in cache). Eight codes of b bits fill b bytes exactly,
+whatever b, so groups of 8 aligned to the tensor's start are made and packed
+in vector IR (``_encode8``: the float32 steps of the reference in 8 lanes, the
+counter hash in 32-bit lanes) and stored as one word each; the few entries of
+a group that straddles buckets go one by one. Decode unpacks a chunk of
+``CHUNK`` codes eight at a time and scales it bucket by bucket. The unpacking
+helpers are inlined with ``bits`` a constant, one copy per width, so that
+their loops unroll and vectorise.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .common import F32, INLINE, JIT, TREE_DEPTH, absmax, tree_push, tree_total, uniform
 
+_LITTLE = sys.byteorder == "little"  # _store64 writes a word's bytes in memory order
 CHUNK = 4096  # codes per scratch: a multiple of 8; the chunk's input stays in L1
 _BYTE = np.uint64(0xFF)
 
@@ -53,21 +61,160 @@ def _value(code, sign):
     return -level if code >= sign else level
 
 
-# The element loops are functions of their own, over views from 0 (no index can be negative):
-# LLVM vectorises them so, but not inlined into the walk's loop nest or indexed from lo.
-@njit(**JIT)
-def _encode_range(x, first, norm, s, key, sign, codes):
-    """QSGD._encode_piece for ``x``, whose entries have global indices ``first...``, into ``codes``:
-    the stochastic level of |x| / norm * s, then the sign bit."""
-    for j in range(x.size):
-        v = x[j]
-        # Divide (not multiply by s / norm) as the reference does: s / norm overflows for denormal norms.
-        r = abs(v) / norm * s
-        r = F32(0.0) if np.isnan(r) else r
-        r = min(max(r, F32(0.0)), s)  # nan_to_num maps +inf to FLT_MAX, which the clamp takes to s
-        floor = np.floor(r)
-        level = min(floor + F32(uniform(key, first + j) < r - floor), s)
-        codes[j] = np.uint8(level) | (sign if v < F32(0.0) else np.uint8(0))
+def _splat(ty, value, lanes):
+    return ir.Constant(ir.VectorType(ty, lanes), [value] * lanes)
+
+
+def _vsplat(builder, value, lanes):
+    """A <lanes x T> of one runtime value."""
+    vec_ty = ir.VectorType(value.type, lanes)
+    v = builder.insert_element(ir.Constant(vec_ty, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+
+
+def _uniforms(builder, index, key, lanes):
+    """common.uniform of the indices index...index+lanes-1, index and key i32 (the hash wraps as
+    the reference's uint32 arithmetic)."""
+    i32 = ir.IntType(32)
+    x = builder.add(_vsplat(builder, index, lanes), ir.Constant(ir.VectorType(i32, lanes), list(range(lanes))))
+    x = builder.mul(x, _splat(i32, 0x9E3779B1, lanes))
+    x = builder.xor(x, _vsplat(builder, key, lanes))
+    x = builder.xor(x, builder.lshr(x, _splat(i32, 16, lanes)))
+    x = builder.mul(x, _splat(i32, 0x85EBCA6B, lanes))
+    x = builder.xor(x, builder.lshr(x, _splat(i32, 13, lanes)))
+    x = builder.mul(x, _splat(i32, 0xC2B2AE35, lanes))
+    x = builder.xor(x, builder.lshr(x, _splat(i32, 16, lanes)))
+    u = builder.sitofp(builder.lshr(x, _splat(i32, 8, lanes)), ir.VectorType(ir.FloatType(), lanes))  # < 2**24: exact
+    return builder.fmul(u, _splat(ir.FloatType(), 2.0 ** -24, lanes))
+
+
+def _codes(context, builder, signature, args, lanes):
+    """<lanes x i8>: the codes of x[i:i+lanes] (args x, i, index, norm, s, key, sign: global indices
+    index...) as _encode_one gives them, in vector IR, with the hash in 32-bit lanes.
+
+    The float32 steps are the reference's, in its order; two of its clamps are left out where they
+    change nothing: r = |x| / norm * s is >= +0 or NaN (norm is), and floor + (u < r - floor) <= s
+    (u < r - floor needs r > floor, so floor < s)."""
+    xa = context.make_array(signature.args[0])(context, builder, args[0])
+    i32, f32 = ir.IntType(32), ir.FloatType()
+    f32v, i32v = ir.VectorType(f32, lanes), ir.VectorType(i32, lanes)
+    at = context.cast(builder, args[1], signature.args[1], types.intp)
+    v = builder.load(builder.bitcast(builder.gep(xa.data, [at]), f32v.as_pointer()), align=4)
+    norm, s = _vsplat(builder, args[3], lanes), _vsplat(builder, args[4], lanes)
+    zero = ir.Constant(f32v, None)
+    unary = ir.FunctionType(f32v, [f32v])
+    fabs = cgutils.get_or_insert_function(builder.module, unary, f"llvm.fabs.v{lanes}f32")
+    floor_fn = cgutils.get_or_insert_function(builder.module, unary, f"llvm.floor.v{lanes}f32")
+    r = builder.fmul(builder.fdiv(builder.call(fabs, [v]), norm), s)
+    r = builder.select(builder.fcmp_unordered("uno", r, r), zero, r)
+    r = builder.select(builder.fcmp_ordered("<", r, s), r, s)
+    floor = builder.call(floor_fn, [r])
+    index = builder.trunc(context.cast(builder, args[2], signature.args[2], types.int64), i32)
+    key = builder.trunc(context.cast(builder, args[5], signature.args[5], types.int64), i32)
+    up = builder.fcmp_ordered("<", _uniforms(builder, index, key, lanes), builder.fsub(r, floor))
+    level = builder.add(builder.fptosi(floor, i32v), builder.zext(up, i32v))
+    sign = _vsplat(builder, builder.zext(args[6], i32), lanes)
+    code = builder.or_(level, builder.select(builder.fcmp_ordered("<", v, zero), sign, ir.Constant(i32v, None)))
+    return builder.trunc(code, ir.VectorType(ir.IntType(8), lanes))
+
+
+def _pack_bytes(builder, word, bits):
+    """Each i64 of ``word`` (an i64 or <k x i64>) holds 8 codes, one a byte (code j in byte j); gives
+    them packed to its low 8 * bits bits, code j at bit j * bits: pairs, then quads, then the two
+    halves are joined (shift amounts from ``bits``, an i64, at run time)."""
+    i64 = ir.IntType(64)
+    lanes = word.type.count if isinstance(word.type, ir.VectorType) else None
+
+    def const(c):
+        return ir.Constant(i64, c) if lanes is None else _splat(i64, c, lanes)
+
+    def amount(value):
+        return value if lanes is None else _vsplat(builder, value, lanes)
+
+    for mask, width in ((0x00FF00FF00FF00FF, 8), (0x0000FFFF0000FFFF, 16), (0x00000000FFFFFFFF, 32)):
+        # lanes of ``width`` bits holding width / 8 * bits bits each: join each odd one to the even below
+        low = builder.and_(word, const(mask))
+        shift = builder.sub(ir.Constant(i64, width), builder.mul(bits, ir.Constant(i64, width // 8)))
+        word = builder.or_(low, builder.lshr(builder.xor(word, low), amount(shift)))
+    return word
+
+
+def _f32_c(x):
+    return isinstance(x, types.Array) and x.ndim == 1 and x.layout == "C" and x.dtype == types.float32
+
+
+def _u8_c(a):
+    return isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype == types.uint8
+
+
+def _encode_args_ok(x, i, index, key, bits):
+    return (_f32_c(x) and isinstance(i, types.Integer) and isinstance(index, types.Integer)
+            and isinstance(key, types.Integer) and isinstance(bits, types.Integer))
+
+
+@intrinsic
+def _encode8(typingctx, x, i, index, norm, s, key, sign, bits):
+    """The 8 codes of x[i:i+8] (global indices index...) packed into the low 8 * bits bits of a
+    uint64, code j at bit j * bits (little-endian, as _pack_word)."""
+    if not _encode_args_ok(x, i, index, key, bits):
+        return None
+    sig = types.uint64(x, i, index, types.float32, types.float32, key, types.uint8, bits)
+
+    def codegen(context, builder, signature, args):
+        word = builder.bitcast(_codes(context, builder, signature, args, 8), ir.IntType(64))
+        return _pack_bytes(builder, word, context.cast(builder, args[7], signature.args[7], types.int64))
+    return sig, codegen
+
+
+@intrinsic
+def _encode32(typingctx, x, i, index, norm, s, key, sign, bits, packed, at):
+    """_encode8 of the 4 groups of 8 from x[i] on, their words stored (8 bytes each, in order) at
+    packed[at + k * bits] for k = 0..3: packed must hold at + 3 * bits + 8 bytes."""
+    if not (_encode_args_ok(x, i, index, key, bits) and _u8_c(packed) and isinstance(at, types.Integer)):
+        return None
+    sig = types.void(x, i, index, types.float32, types.float32, key, types.uint8, bits, packed, at)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        words = builder.bitcast(_codes(context, builder, signature, args, 32), ir.VectorType(i64, 4))
+        width = context.cast(builder, args[7], signature.args[7], types.int64)
+        words = _pack_bytes(builder, words, width)
+        pa = context.make_array(signature.args[8])(context, builder, args[8])
+        start = context.cast(builder, args[9], signature.args[9], types.intp)
+        for k in range(4):
+            where = builder.add(start, builder.mul(width, ir.Constant(i64, k)))
+            ptr = builder.bitcast(builder.gep(pa.data, [where]), i64.as_pointer())
+            builder.store(builder.extract_element(words, ir.Constant(ir.IntType(32), k)), ptr, align=1)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def _store64(typingctx, a, at, word):
+    """a[at:at+8] = the 8 bytes of ``word``, little-endian (one unaligned store)."""
+    if not (isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype == types.uint8
+            and isinstance(at, types.Integer) and word == types.uint64):
+        return None
+    sig = types.void(a, at, word)
+
+    def codegen(context, builder, signature, args):
+        arr = context.make_array(signature.args[0])(context, builder, args[0])
+        index = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = builder.bitcast(builder.gep(arr.data, [index]), ir.IntType(64).as_pointer())
+        builder.store(args[2], ptr, align=1)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@njit(**INLINE)
+def _encode_one(v, index, norm, s, key, sign):
+    # Divide (not multiply by s / norm) as the reference does: s / norm overflows for denormal norms.
+    r = abs(v) / norm * s
+    r = F32(0.0) if np.isnan(r) else r
+    r = min(max(r, F32(0.0)), s)  # nan_to_num maps +inf to FLT_MAX, which the clamp takes to s
+    floor = np.floor(r)
+    level = min(floor + F32(uniform(key, index) < r - floor), s)
+    return np.uint8(level) | (sign if v < F32(0.0) else np.uint8(0))
 
 
 @njit(**JIT)
@@ -79,25 +226,6 @@ def _decode_range(codes, scale, sign, out, add):
     else:
         for j in range(out.size):
             out[j] = _value(codes[j], sign) * scale
-
-
-@njit(**INLINE)
-def _pack(codes, count, bits, packed, at):
-    """``codes[:count]`` into ``packed`` from byte ``at`` (little-endian, code i at bit i * bits)."""
-    groups = count // 8
-    for g in range(groups):
-        word = np.uint64(0)
-        for j in range(8):
-            word |= np.uint64(codes[8 * g + j]) << np.uint64(j * bits)
-        for k in range(bits):
-            packed[at + g * bits + k] = np.uint8((word >> np.uint64(8 * k)) & _BYTE)
-    tail = count - 8 * groups
-    if tail:
-        word = np.uint64(0)
-        for j in range(tail):
-            word |= np.uint64(codes[8 * groups + j]) << np.uint64(j * bits)
-        for k in range((tail * bits + 7) // 8):
-            packed[at + groups * bits + k] = np.uint8((word >> np.uint64(8 * k)) & _BYTE)
 
 
 @njit(**INLINE)
@@ -121,25 +249,6 @@ def _unpack(packed, at, count, bits, codes):
 
 
 @njit(**INLINE)
-def _pack_bits(codes, count, bits, packed, at):
-    # One inlined copy per width, with bits a constant.
-    if bits == 2:
-        _pack(codes, count, 2, packed, at)
-    elif bits == 3:
-        _pack(codes, count, 3, packed, at)
-    elif bits == 4:
-        _pack(codes, count, 4, packed, at)
-    elif bits == 5:
-        _pack(codes, count, 5, packed, at)
-    elif bits == 6:
-        _pack(codes, count, 6, packed, at)
-    elif bits == 7:
-        _pack(codes, count, 7, packed, at)
-    else:
-        _pack(codes, count, 8, packed, at)
-
-
-@njit(**INLINE)
 def _unpack_bits(packed, at, count, bits, codes):
     if bits == 2:
         _unpack(packed, at, count, 2, codes)
@@ -157,32 +266,76 @@ def _unpack_bits(packed, at, count, bits, codes):
         _unpack(packed, at, count, 8, codes)
 
 
+@njit(**INLINE)
+def _put_word(packed, at, word, nbytes):
+    """packed[at:at+nbytes] = the low bytes of ``word`` (little-endian). One 8-byte store where the
+    buffer has room: its bytes past ``nbytes`` are zeros, overwritten by the next groups' words."""
+    if _LITTLE and at + 8 <= packed.size:
+        _store64(packed, at, word)
+    else:
+        for k in range(nbytes):
+            packed[at + k] = np.uint8((word >> np.uint64(8 * k)) & _BYTE)
+
+
+@njit(**INLINE)
+def _pack_word(codes, count, bits):
+    word = np.uint64(0)
+    for j in range(count):
+        word |= np.uint64(codes[j]) << np.uint64(j * bits)
+    return word
+
+
+@njit(**JIT)
+def _encode_groups(x, first, norm, s, key, sign, bits, packed, at):
+    """The packed codes of ``x`` (a whole number of groups of 8, global indices ``first...``, one
+    norm) from byte ``at`` of ``packed`` on: 32 entries (4 groups, 4 * bits bytes) at a time while
+    their last 8-byte store fits in ``packed``, then group by group."""
+    quads = x.size // 32
+    while quads > 0 and at + (4 * quads - 1) * bits + 8 > packed.size:
+        quads -= 1
+    for q in range(quads):
+        _encode32(x, 32 * q, first + 32 * q, norm, s, key, sign, bits, packed, at + 4 * q * bits)
+    for g in range(4 * quads, x.size // 8):
+        _put_word(packed, at + g * bits, _encode8(x, 8 * g, first + 8 * g, norm, s, key, sign, bits), bits)
+
+
 @njit(**JIT)
 def encode(x, key, bits, bucket, l2, norms, packed):
     """Write the norms (one per bucket of ``bucket`` entries, the last may be short) and the packed
-    codes of float32 ``x`` under the counter-hash ``key`` (rng.stream_key)."""
+    codes of float32 ``x`` under the counter-hash ``key`` (rng.stream_key).
+
+    Bucket by bucket: its norm (the bucket is then in cache for its codes), then its codes. Groups
+    of 8 codes (aligned to the tensor's start: b bytes each, whatever b) that lie in the bucket
+    are made and packed in vector IR (_encode8); the entries of a group shared with a neighbouring
+    bucket go one by one to ``pending``, packed when the group is complete (or the tensor ends)."""
     n = x.size
     s = F32((1 << (bits - 1)) - 1)
     sign = np.uint8(1 << (bits - 1))
-    codes = np.empty(CHUNK, np.uint8)
+    pending = np.zeros(8, np.uint8)
     sums = np.empty(TREE_DEPTH, np.float64)  # the l2 tree's stack
     levels = np.empty(TREE_DEPTH, np.int64)
-    b = -1
-    end = 0  # where the current bucket ends
-    norm = F32(0.0)
-    for start in range(0, n, CHUNK):
-        stop = min(start + CHUNK, n)
-        i = start
-        while i < stop:
-            if i == end:
-                b += 1
-                end = min(i + bucket, n)
-                norm = _l2(x, i, end, sums, levels) if l2 else absmax(x, i, end)
-                norms[b] = norm
-            hi = min(end, stop)
-            _encode_range(x[i:hi], i, norm, s, key, sign, codes[i - start:hi - start])
-            i = hi
-        _pack_bits(codes, stop - start, bits, packed, start // 8 * bits)
+    for b in range((n + bucket - 1) // bucket):
+        lo = b * bucket
+        hi = min(lo + bucket, n)
+        norm = _l2(x, lo, hi, sums, levels) if l2 else absmax(x, lo, hi)
+        norms[b] = norm
+        i = lo
+        while i < hi and i & 7:  # the end of a group begun in an earlier bucket
+            pending[i & 7] = _encode_one(x[i], i, norm, s, key, sign)
+            i += 1
+            if i & 7 == 0:
+                _put_word(packed, (i - 8) // 8 * bits, _pack_word(pending, 8, bits), bits)
+        groups = (hi - i) // 8
+        if groups > 0:
+            _encode_groups(x[i:i + 8 * groups], i, norm, s, key, sign, bits, packed, i // 8 * bits)
+            i += 8 * groups
+        while i < hi:  # the start of a group that ends in a later bucket (or the tensor's last)
+            pending[i & 7] = _encode_one(x[i], i, norm, s, key, sign)
+            i += 1
+    tail = n & 7
+    if tail:
+        at = n // 8 * bits
+        _put_word(packed, at, _pack_word(pending, tail, bits), packed.size - at)
 
 
 @njit(**JIT)
