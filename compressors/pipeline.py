@@ -23,7 +23,6 @@ and programs start the collectives of stage k on a process group of their own
 """
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Generator
 from typing import Any
@@ -55,40 +54,35 @@ def run(program: Program) -> Any:
         return stop.value
 
 
+MAX_STAGES = 8  # a program starts at most this many collectives
+
+
 class _Stages:
-    """Per launched program: a future per stage that completes when that stage has run (or never will)."""
+    """Per launched program: a future per stage that completes once that stage has run; a stage after the
+    program's last one completes when the program launched before it has run that stage, so that a
+    program ending early (no tensors to send, say) does not let the next one overtake the one before."""
 
-    def __init__(self, last: int | None = None) -> None:
-        self._lock = threading.Lock()
-        self._done: dict[int, torch.futures.Future] = {}
-        self._last = last  # the program's final stage, once known (-1: a program that never ran)
+    def __init__(self, finished: bool = False) -> None:
+        self.done = [torch.futures.Future() for _ in range(MAX_STAGES + 1)]
+        if finished:
+            for fut in self.done:
+                fut.set_result(None)
 
-    def future(self, stage: int) -> torch.futures.Future:
-        with self._lock:
-            if stage not in self._done:
-                self._done[stage] = torch.futures.Future()
-                if self._last is not None and stage > self._last:
-                    self._done[stage].set_result(None)
-            return self._done[stage]
+    def mark(self, stage: int) -> None:
+        self.done[stage].set_result(None)
 
-    def mark(self, stage: int, last: bool) -> None:
-        """Stage ``stage`` has run; ``last``: the program ended there (so every later stage is done too)."""
-        with self._lock:
-            if last:
-                self._last = stage
-                later = [f for s, f in self._done.items() if s > stage]
-            else:
-                later = []
-        self.future(stage).set_result(None)
-        for fut in later:
-            fut.set_result(None)
+    def finish(self, stage: int, before: _Stages) -> None:
+        """The program ended at ``stage``."""
+        self.done[stage].set_result(None)
+        for later in range(stage + 1, MAX_STAGES + 1):
+            before.done[later].then(lambda _, fut=self.done[later]: fut.set_result(None))
 
 
 class Pipeline:
     """Launches programs overlapped, keeping every process group's collectives in launch order."""
 
     def __init__(self) -> None:
-        self._previous = _Stages(last=-1)  # nothing launched before the first program: none of its stages waits
+        self._previous = _Stages(finished=True)  # nothing launched before the first program: no stage waits
 
     def launch(self, program: Program) -> torch.futures.Future:
         """Run ``program``'s first stage now; a future of its return value (or of its exception)."""
@@ -99,16 +93,18 @@ class Pipeline:
         def advance(stage: int, completed_at: float | None) -> None:
             try:
                 work = next(program) if completed_at is None else program.send(completed_at)
+                if stage == MAX_STAGES:
+                    raise RuntimeError(f"a program may start at most {MAX_STAGES} collectives")
             except StopIteration as stop:
-                stages.mark(stage, last=True)
+                stages.finish(stage, before)
                 result.set_result(stop.value)
                 return
             except BaseException as error:  # the program's own failure: DDP re-raises it from backward
-                stages.mark(stage, last=True)
+                stages.finish(stage, before)
                 result.set_exception(error)
                 return
-            stages.mark(stage, last=False)
-            both = torch.futures.collect_all([_completed(work), before.future(stage + 1)])
+            stages.mark(stage)
+            both = torch.futures.collect_all([_completed(work), before.done[stage + 1]])
             both.then(lambda fut: _resume(stage + 1, fut))
 
         def _resume(stage: int, both: torch.futures.Future) -> None:
@@ -116,7 +112,7 @@ class Pipeline:
                 collective, _ = both.value()
                 completed_at = collective.wait()
             except BaseException as error:  # the collective failed (a peer died, a timeout)
-                stages.mark(stage, last=True)
+                stages.finish(stage, before)
                 result.set_exception(error)
                 return
             advance(stage, completed_at)

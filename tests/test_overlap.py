@@ -238,3 +238,40 @@ def test_a_pipeline_runs_later_stages_in_launch_order():
     for stage in (1, 2):
         names = [n for n, s in order if s == stage]
         assert names == sorted(names)
+
+
+class _Pending:
+    """A stand-in for a collective in flight: ``complete()`` completes it."""
+
+    def __init__(self) -> None:
+        self.future = torch.futures.Future()
+
+    def get_future(self) -> torch.futures.Future:
+        return self.future
+
+    def complete(self) -> None:
+        self.future.set_result(None)
+
+
+def test_later_stages_keep_launch_order_when_collectives_complete_out_of_order():
+    """B's collective completes before A's, and an empty program sits between them: B's second stage
+    (where sra starts its all_gather) must still run after A's."""
+    order: list[str] = []
+    works = {"a": _Pending(), "b": _Pending()}
+
+    def program(name):
+        yield works[name]
+        order.append(name)
+        return name
+
+    def empty():
+        return "empty"
+        yield  # a generator that ends at once: nothing to send
+
+    line = pipeline.Pipeline()
+    futures = [line.launch(program("a")), line.launch(empty()), line.launch(program("b"))]
+    works["b"].complete()
+    assert order == [] and not futures[2].done()
+    works["a"].complete()
+    assert order == ["a", "b"]
+    assert [f.wait() for f in futures] == ["a", "empty", "b"]
