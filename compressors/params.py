@@ -9,12 +9,27 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-# ``kind`` values beyond Python types: a list of positive ints (an input shape).
+# ``kind`` values beyond Python types: a list of positive ints (an input shape); a link rate as tc writes
+# it (``100mbit``, ``2.5gbit``: bits per second with a k/m/g multiplier of 1000).
 SHAPE = "shape"
+RATE = "rate"
+_RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kmg]?)bit")
+_RATE_UNIT = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}
+# tc's tbf cannot be given less than a few kbit/s; past 100 Gbit/s no machine shapes anything.
+RATE_RANGE_BPS = (8e3, 100e9)
+
+
+def rate_bps(text: str) -> float:
+    """Bits per second of a rate written as tc writes it (``100mbit`` -> 1e8); ValueError otherwise."""
+    match = _RATE.fullmatch(text.strip().lower()) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"{short_repr(text)} is not a rate like 100mbit, 1gbit or 2.5gbit")
+    return float(match.group(1)) * _RATE_UNIT[match.group(2)]
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,8 @@ class Param:
             text = f"one of {list(self.choices)}"
         elif self.kind == SHAPE:
             text = "a list of positive integers"
+        elif self.kind == RATE:
+            text = "a rate from 8kbit to 100gbit, like 100mbit or 2.5gbit"
         elif self.kind is bool:
             text = "true or false"
         elif self.kind is str:
@@ -57,6 +74,12 @@ class Param:
         if self.kind == SHAPE:
             ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(
                 isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+            return None if ok else bad
+        if self.kind == RATE:
+            try:
+                ok = RATE_RANGE_BPS[0] <= rate_bps(value) <= RATE_RANGE_BPS[1]
+            except ValueError:
+                ok = False
             return None if ok else bad
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
@@ -85,6 +108,8 @@ class Param:
             return float(value)
         if self.kind == SHAPE:
             return list(value)
+        if self.kind == RATE:
+            return value.strip().lower()
         return value
 
 

@@ -7,6 +7,17 @@
                                    as under `ray job submit`); RESULTS: the sweep's results
                                    folder, default results/<sweep name>
     export RESULTS                 rebuild tables and plots from the per-trial records
+    cluster up --hosts N --bandwidth RATE [--prefix P] [--subnet S] [--no_ray]
+                                   an emulated cluster on this machine (root): N network
+                                   namespaces with links shaped to RATE (100mbit, 1gbit),
+                                   calibrated, one Ray node each (orchestrator.emulation)
+    cluster shape RATE [--calibrate]   re-shape every link while Ray runs
+    cluster exec I CMD...          run CMD in emulated host I (0: where drivers run)
+    cluster status | cluster down  its links, calibrations, processes | end it all by PID
+
+A sweep whose cluster section has ``emulate`` brings its own emulated cluster up
+and down; ``run --address`` of a cluster from ``cluster up`` runs the driver
+inside its host 0.
 
 Flags are spelled as the settings they set, with underscores.
 
@@ -17,11 +28,16 @@ error, 2 a bad sweep file or usage.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, load_sweep
+from .config import ConfigError, Sweep, load_sweep
+
+_DRIVER_GRACE_S = 60.0  # an interrupted driver's time to write its records and tables
 
 
 def format_trials(trials: list[dict[str, Any]]) -> str:
@@ -50,11 +66,86 @@ def _parser() -> argparse.ArgumentParser:
                      help="trials at the same time (default: the sweep's max_concurrent_trials)")
     export = commands.add_parser("export", help="rebuild tables and plots of a results folder")
     export.add_argument("results", type=Path)
+    cluster = commands.add_parser("cluster", help="an emulated cluster on this machine (root)")
+    actions = cluster.add_subparsers(dest="action", required=True)
+    from .emulation import DEFAULT_PREFIX, DEFAULT_SUBNET
+
+    def with_prefix(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"names the namespaces (default {DEFAULT_PREFIX})")
+        return sub
+
+    up = with_prefix(actions.add_parser("up", help="make the hosts, shape and calibrate the links, start Ray"))
+    up.add_argument("--hosts", type=int, required=True, help="emulated hosts (network namespaces), >= 2")
+    up.add_argument("--bandwidth", required=True, help="each link's rate each way, as tc writes it: 100mbit, 1gbit")
+    up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"first three octets in 198.18.0.0/15 "
+                                                             f"(default {DEFAULT_SUBNET})")
+    up.add_argument("--no_ray", action="store_true", help="the network only")
+    shape = with_prefix(actions.add_parser("shape", help="re-shape every link (Ray keeps running)"))
+    shape.add_argument("bandwidth")
+    shape.add_argument("--calibrate", action="store_true", help="measure the new rate (a few seconds)")
+    run_in = with_prefix(actions.add_parser("exec", help="run a command in emulated host I"))
+    run_in.add_argument("host", type=int)
+    run_in.add_argument("argv", nargs=argparse.REMAINDER, metavar="CMD")
+    with_prefix(actions.add_parser("status", help="hosts, links, calibrations, processes"))
+    with_prefix(actions.add_parser("down", help="end every process of the cluster by PID, remove its namespaces"))
     return parser
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    from compressors.params import RATE, Param
+
+    from . import emulation
+    from .netns import NetworkError
+
+    rate = Param("bandwidth", None, RATE)
+    try:
+        if args.action == "up":
+            if rate.problem(args.bandwidth):
+                print(f"error: --bandwidth {rate.problem(args.bandwidth)}, got {args.bandwidth!r}", file=sys.stderr)
+                return 2
+            if args.hosts < 2:
+                print("error: --hosts must be >= 2: the links are between hosts", file=sys.stderr)
+                return 2
+            cluster = emulation.up(args.hosts, rate.check("bandwidth", args.bandwidth), prefix=args.prefix,
+                                   subnet=args.subnet, ray=not args.no_ray)
+            if cluster.ray:
+                print(f"driver: lowprec run SWEEP --address {cluster.address}   (or: lowprec cluster exec 0 CMD)")
+            return 0
+        if args.action == "down":
+            emulation.down(args.prefix)
+            return 0
+        cluster = emulation.load(args.prefix)
+        if args.action == "status":
+            print(emulation.status(args.prefix))
+            return 0 if cluster else 1
+        if cluster is None:
+            print(f"error: no emulated cluster with prefix {args.prefix!r}: `lowprec cluster up` first", file=sys.stderr)
+            return 1
+        if args.action == "shape":
+            if rate.problem(args.bandwidth):
+                print(f"error: bandwidth {rate.problem(args.bandwidth)}, got {args.bandwidth!r}", file=sys.stderr)
+                return 2
+            found = cluster.shape(rate.check("bandwidth", args.bandwidth), recalibrate=args.calibrate)
+            print(f"links: {cluster.bandwidth} each way" + (f"; calibrated {found['measured_bps'] / 1e6:.1f} Mbit/s"
+                                                           if found and args.calibrate else ""))
+            return 0
+        if not args.argv:
+            print("error: cluster exec needs a command", file=sys.stderr)
+            return 2
+        try:
+            return subprocess.call(cluster.command(args.host, args.argv))
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    except (NetworkError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "cluster":
+        return _cluster(args)
     if args.command == "export":
         from .export import export
 
@@ -77,17 +168,107 @@ def main(argv: list[str] | None = None) -> int:
         print(format_trials(sweep.trials))
         return 0
 
+    from . import emulation
+    from .netns import NetworkError
+
+    results = (args.results or Path("results") / sweep.name).resolve()
+    inside = emulation.current()
+    if inside is None:
+        address = args.address or os.environ.get("RAY_ADDRESS")
+        if sweep.cluster["emulate"]:
+            if args.address:
+                print("error: the sweep brings up its own emulated cluster (cluster.emulate); drop --address, or "
+                      "drop cluster.emulate to run on the cluster at that address", file=sys.stderr)
+                return 2
+            try:
+                return _run_emulated(args, sweep, results)
+            except NetworkError as error:
+                print(f"error: {error}", file=sys.stderr)
+                return 1
+        cluster = emulation.find(address) if address else None
+        if cluster is not None:  # its Ray is reachable from its hosts only
+            return _driver_in(cluster, args, results)
+        if any(trial["bandwidth"] is not None for trial in sweep.trials):
+            print("error: bandwidth shapes the links of an emulated cluster: add cluster: {emulate: {hosts: N}} to "
+                  "the sweep, or run it with --address of a cluster from `lowprec cluster up`", file=sys.stderr)
+            return 2
+    else:
+        problem = _emulation_problem(sweep, inside, args.max_concurrent_trials)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+
     from .sweep import ResultsExist, run_sweep
 
     try:
-        results, unfinished = run_sweep(sweep, args.results or Path("results") / sweep.name,
-                                        address=args.address, resume=args.resume,
-                                        max_concurrent_trials=args.max_concurrent_trials)
+        results, unfinished = run_sweep(sweep, results, address=args.address, resume=args.resume,
+                                        max_concurrent_trials=args.max_concurrent_trials, emulation=inside)
     except ResultsExist as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     _print_outcome(results)
     return 1 if unfinished else 0
+
+
+def _emulation_problem(sweep: Sweep, cluster: Any, max_concurrent_trials: int | None) -> str | None:
+    """What keeps the sweep from running on the emulated ``cluster`` (checked before Ray starts)."""
+    most = max(trial["num_workers"] for trial in sweep.trials)
+    if most > cluster.hosts:
+        return f"num_workers {most} is more than the emulated cluster's {cluster.hosts} hosts: one worker per host"
+    if len({trial["bandwidth"] for trial in sweep.trials}) > 1 and (max_concurrent_trials or 1) > 1:
+        return "bandwidth varies between trials, which run one at a time: drop --max_concurrent_trials"
+    return None
+
+
+def _run_emulated(args: argparse.Namespace, sweep: Sweep, results: Path) -> int:
+    """Bring up the sweep's own emulated cluster, run the driver in it, bring it down (also on Ctrl-C or
+    when the driver fails; one left by a crash of this process is removed by the next sweep's ``up``)."""
+    from . import emulation
+
+    emulate = sweep.cluster["emulate"]
+    first = emulate["bandwidth"] or sweep.trials[0]["bandwidth"]
+    # SIGTERM (a scheduler, `kill`) must bring the cluster down too, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        cluster = emulation.up(emulate["hosts"], first, prefix=emulation.SWEEP_PREFIX, owner_pid=os.getpid())
+        return _driver_in(cluster, args, results)
+    except KeyboardInterrupt:
+        return 1
+    finally:
+        emulation.down(emulation.SWEEP_PREFIX)
+
+
+def _driver_in(cluster: Any, args: argparse.Namespace, results: Path) -> int:
+    """Run this command again as the driver inside the cluster's host 0; its exit status."""
+    argv = [sys.executable, "-m", "orchestrator", "run", str(args.sweep.resolve()), "--results", str(results),
+            "--address", cluster.address]
+    if args.resume:
+        argv.append("--resume")
+    if args.max_concurrent_trials is not None:
+        argv += ["--max_concurrent_trials", str(args.max_concurrent_trials)]
+    driver = subprocess.Popen(cluster.command(0, argv))
+
+    def forward(signum: int, frame: Any) -> None:  # SIGTERM: stop the driver as Ctrl-C would
+        driver.send_signal(signal.SIGINT)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        return driver.wait()
+    except KeyboardInterrupt:
+        # Ctrl-C reached the driver too (one process group): it records what finished, then exits.
+        try:
+            driver.wait(timeout=_DRIVER_GRACE_S)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            driver.kill()
+            driver.wait()
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _print_outcome(results: Path) -> None:

@@ -5,12 +5,14 @@ A sweep file has these top-level keys (``name``, ``workload`` and a
 
     name: quickstart            # letters, digits, '-', '_', '.'; names the results folder
     workload: {...}             # training-loop settings: settings.WORKLOAD
-    cluster: {...}              # settings.CLUSTER: use_gpu, backend, cpus_per_worker, ...
+    cluster: {...}              # settings.CLUSTER: use_gpu, backend, cpus_per_worker, ...,
+                                # emulate: {hosts: 4, bandwidth: 100mbit} (settings.EMULATE)
     baselines: true             # add fp32 and fp16 to the compressors unless false
     max_concurrent_trials: 1    # trials that run at the same time (timing studies: 1)
     sweep:                      # grid axes; a scalar is a one-value axis
       num_workers: [1, 2]
       seed: [0, 1]
+      bandwidth: [100mbit, 1gbit]   # emulated clusters: links re-shaped before each trial
       lr: [0.05, 0.1]           # any workload setting may be an axis instead
       algorithm: [sra, allgather]   # used by the compressors that support it, others keep theirs
       compressor:
@@ -283,6 +285,22 @@ class _Checker:
 
 _short = short_repr  # no message grows with the input
 
+
+def _emulate(check: _Checker, cluster_map: _Mapping, sweep_map: _Mapping) -> dict[str, Any]:
+    """``cluster.emulate``, checked: hosts required, a bandwidth here or as a sweep axis (not both)."""
+    line = cluster_map.lines["emulate"]
+    emulate_map = check.mapping(cluster_map["emulate"], "cluster.emulate", line)
+    emulate = check.section(emulate_map, schema.EMULATE, "cluster.emulate")
+    if emulate["hosts"] is None:
+        raise check.fail(line, f"cluster.emulate needs hosts ({schema.EMULATE[0].describe()})")
+    if emulate["bandwidth"] is None and "bandwidth" not in sweep_map:
+        raise check.fail(line, "cluster.emulate needs a bandwidth (like 100mbit), here or as the sweep axis "
+                               "'bandwidth'")
+    if emulate["bandwidth"] is not None and "bandwidth" in sweep_map:
+        raise check.fail(sweep_map.lines["bandwidth"], "bandwidth is set in both cluster.emulate and sweep; "
+                                                       "keep one")
+    return emulate
+
 def _sweep_name(check: _Checker, top: _Mapping) -> str:
     name = top.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
@@ -310,6 +328,8 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     sweep_map = check.mapping(top.get("sweep"), "sweep", top.lines.get("sweep", 1))
     workload = check.section(workload_map, schema.WORKLOAD, "workload", axis_hint)
     cluster = check.section(cluster_map, schema.CLUSTER, "cluster")
+    if cluster["emulate"] is not None:
+        cluster["emulate"] = _emulate(check, cluster_map, sweep_map)
     sweep_hints = {"compressor_params": "write a compressor's parameters in its entry under sweep.compressor"}
     check.keys(sweep_map, [k for k in axis_names if k != "compressor_params"] + [p.name for p in schema.WORKLOAD],
                "sweep", sweep_hints)
@@ -341,6 +361,17 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         raise check.fail(top.lines.get("max_trials", top.lines.get("sweep", 1)),
                          f"the grid has {size} trials, more than max_trials={top_settings['max_trials']}; "
                          "raise max_trials to run it")
+    bandwidths = axes.get("bandwidth", [])
+    if len(bandwidths) > 1 and top_settings["max_concurrent_trials"] > 1:
+        raise check.fail(top.lines["max_concurrent_trials"], "bandwidth is a sweep axis: the links are re-shaped "
+                                                             "before each trial, so trials run one at a time; "
+                                                             "set max_concurrent_trials: 1")
+    hosts = cluster["emulate"]["hosts"] if cluster["emulate"] else None
+    for workers in axes.get("num_workers", []):
+        if hosts is not None and workers > hosts:
+            raise check.fail(sweep_map.lines["num_workers"], f"num_workers {workers} is more than the {hosts} "
+                                                             "emulated hosts (cluster.emulate.hosts): one worker "
+                                                             "per host")
     trials = _expand(check, workload, cluster, axes, entries, lines)
     return Sweep(name, path, cluster, top_settings["max_concurrent_trials"], trials)
 
@@ -375,6 +406,7 @@ def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], 
                             "num_workers": schema.param("num_workers").default,
                             "seed": schema.param("seed").default,
                             **{k: cluster[k] for k in ("use_gpu", "backend")},
+                            "bandwidth": cluster["emulate"]["bandwidth"] if cluster["emulate"] else None,
                             **workload,
                             **dict(zip(axes, axis_values)),
                             **overrides,

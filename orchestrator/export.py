@@ -13,8 +13,9 @@ orchestrator.plots, and configurations are labelled by orchestrator.labels.
 - every setting: ``compressor``, its parameters (the trial's ``compressor_params``
   as one column each: ``block``, ``bits``, ``bucket``, ``norm``, ``pi``,
   ``matrix_rank``; empty where the compressor has none),
-  ``algorithm``, ``num_workers``, ``seed``, ``use_gpu``, ``backend`` and the
-  workload keys (``dataset`` ... ``min_compress_numel``, test hooks).
+  ``algorithm``, ``num_workers``, ``seed``, ``bandwidth`` (the emulated links' rate,
+  as written: ``100mbit``; empty off an emulated cluster), ``use_gpu``, ``backend``
+  and the workload keys (``dataset`` ... ``min_compress_numel``, test hooks).
 - ``epochs_run``: epochs reported (fewer than ``epochs`` if stopped early).
 - ``attempts``: how many times the trial's workers started: 1, more after restarts
   under ``max_failures`` (every result is the last attempt's), 0 if never placed.
@@ -55,6 +56,10 @@ orchestrator.plots, and configurations are labelled by orchestrator.labels.
   count, its gradient bytes in fp32, and the share of those bytes in tensors of at
   least ``min_compress_numel`` elements (the part a compressor acts on); empty for a
   trial that failed before training returned.
+- ``calibrated_bps``: on an emulated cluster, the bits per second a calibration
+  all_reduce moved over each link at the trial's bandwidth (TCP goodput; the
+  cluster's calibrations are in ``environment.json``); empty elsewhere.
+- ``worker_node_ips``: the Ray node of each rank, in rank order, space-separated.
 
 ``history.csv`` -- one row per trial and epoch: ``trial_id``, ``name``, the
 settings (as in trials.csv), then every per-epoch metric the training loop reported (``epoch``,

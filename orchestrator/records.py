@@ -9,11 +9,13 @@ Layout of ``<results>/<sweep name>/``::
     ray/                  Ray Tune and Ray Train storage (logs, per-run state)
 
 A record is ``{"trial_id", "name", "settings", "status", "reason", "history",
-"model_summary", "attempts", "finished_at"}``: ``status`` is "ok", "diverged" or
-"failed", ``reason`` says why a trial did not finish "ok", ``history`` holds the
-per-epoch metrics the training loop reported in its last attempt (``attempts``
-counts the starts of the trial's workers: a restart under ``max_failures``
-begins the epochs again). The records are the source of truth: every table and
+"model_summary", "attempts", "worker_node_ips", "link", "finished_at"}``:
+``status`` is "ok", "diverged" or "failed", ``reason`` says why a trial did not
+finish "ok", ``history`` holds the per-epoch metrics the training loop reported
+in its last attempt (``attempts`` counts the starts of the trial's workers: a
+restart under ``max_failures`` begins the epochs again), ``worker_node_ips`` the
+node of each rank, ``link`` the emulated links (hosts, bandwidth, calibrated
+rate; None off an emulated cluster). The records are the source of truth: every table and
 plot is rebuilt from them, and ``--resume`` skips the trial ids they hold.
 """
 
@@ -36,7 +38,8 @@ def trials_dir(results: Path) -> Path:
 
 def make_record(trial: dict[str, Any], status: str, reason: str | None,
                 history: list[dict[str, Any]], model_summary: dict[str, Any] | None = None, *,
-                attempts: int = 1) -> dict[str, Any]:
+                attempts: int = 1, worker_node_ips: list[str] | None = None,
+                link: dict[str, Any] | None = None) -> dict[str, Any]:
     """A record for ``trial`` (a flat dict from orchestrator.config) that ended in ``status``;
     ``model_summary`` is the training loop's (absent when the trial failed before it returned);
     ``attempts``: how many times its workers started (restarts under max_failures; 0 if never
@@ -53,6 +56,8 @@ def make_record(trial: dict[str, Any], status: str, reason: str | None,
         "history": history,
         "model_summary": model_summary,
         "attempts": attempts,
+        "worker_node_ips": worker_node_ips,
+        "link": link,
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -10,7 +10,8 @@ Settings by where they are written in a sweep file:
 
 - top level (``SWEEP``): name, baselines, max_concurrent_trials;
 - ``cluster:`` (``CLUSTER``): placement of the workers; use_gpu and backend
-  also reach the training loop;
+  also reach the training loop; ``emulate:`` inside it (``EMULATE``) brings
+  up an emulated cluster for the sweep;
 - ``workload:`` (``WORKLOAD``): the training loop's settings, model and dataset
   options included; each may also be a grid axis under ``sweep:``;
 - ``sweep:`` axes only (``AXES``): compressor (with its own parameters, a
@@ -26,7 +27,7 @@ from typing import Any
 
 import compressors
 import workloads
-from compressors.params import SEED, Param
+from compressors.params import RATE, SEED, Param
 
 SWEEP: tuple[Param, ...] = (
     Param("name", None, str, doc="required; names the results folder: at most 100 letters, digits, '-', '_', '.'; "
@@ -46,6 +47,16 @@ CLUSTER: tuple[Param, ...] = (
     Param("placement_timeout_s", 600.0, float, low=0, low_open=True, nullable=True,
           doc="seconds a trial's workers may wait for resources before it fails (with max_concurrent_trials "
               "> 1 the wait for other trials counts); null: wait as long as it takes"),
+    Param("emulate", None, dict, nullable=True,
+          doc="an emulated cluster on this machine for the sweep (root; keys below): up before the first "
+              "trial, down after the last; null: run on a local Ray or --address"),
+)
+
+EMULATE: tuple[Param, ...] = (
+    Param("hosts", None, int, low=2, high=64, doc="required: emulated hosts, one Ray node and at most one worker "
+                                                   "of a trial each"),
+    Param("bandwidth", None, RATE, nullable=True,
+          doc="each link's rate each way, as tc writes it; required here unless bandwidth is a sweep axis"),
 )
 
 AXES: tuple[Param, ...] = (
@@ -56,6 +67,9 @@ AXES: tuple[Param, ...] = (
           doc="how compressed gradients are averaged; null: the compressor's default"),
     Param("num_workers", 1, int, low=1, doc="data-parallel workers (processes) of a trial"),
     SEED,
+    Param("bandwidth", None, RATE, nullable=True,
+          doc="each link's rate on an emulated cluster (cluster.emulate, or --address of `lowprec cluster up`): "
+              "the links are shaped to it before the trial; null: the cluster's links as they are"),
 )
 
 _TRAINING: tuple[Param, ...] = (
@@ -93,7 +107,7 @@ _BY_NAME = {p.name: p for p in (*SWEEP, *CLUSTER, *AXES, *WORKLOAD)}
 TRAINING_KEYS: tuple[str, ...] = ("compressor", "compressor_params", "algorithm", "seed", "use_gpu", "backend",
                                   *(p.name for p in WORKLOAD))
 # A trial's settings: what its trial_id hashes and the settings columns of its results.
-TRIAL_KEYS: tuple[str, ...] = ("compressor", "compressor_params", "algorithm", "num_workers", "seed",
+TRIAL_KEYS: tuple[str, ...] = ("compressor", "compressor_params", "algorithm", "num_workers", "seed", "bandwidth",
                                "use_gpu", "backend", *(p.name for p in WORKLOAD))
 # The baselines: every speedup is against fp32 and the 16-bit cast (fp16, or bf16 where a
 # study has no fp16 trials); a sweep adds fp32 and fp16 unless told not to.
@@ -213,6 +227,7 @@ def markdown() -> str:
     """The README's settings tables, generated from the declarations."""
     out = ["#### Top level of a sweep file", "", *_table(SWEEP), "",
            "#### `cluster:`", "", *_table(CLUSTER), "",
+           "#### `cluster: emulate:`", "", *_table(EMULATE), "",
            "#### `workload:` (each may also be a `sweep:` axis)", "", *_table(WORKLOAD), "",
            "#### `sweep:` axes only", "", *_table(AXES), "",
            "#### Compressor parameters (`compressor_params`; in a sweep file, keys of a compressor entry)", "",

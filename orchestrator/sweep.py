@@ -9,6 +9,13 @@ Results are written as trials finish, by a Tune callback: a record per trial
 (orchestrator.records), then every table and plot is rebuilt
 (orchestrator.export). A sweep that is interrupted loses only the trials that
 were running; ``resume=True`` runs only the trials without a record.
+
+On an emulated cluster (orchestrator.emulation; this driver then runs in its
+host 0) each worker asks for one ``emu_host``, so a trial's workers sit on
+different hosts; every bandwidth the trials need is calibrated before the first
+trial, and each trial re-shapes the links to its bandwidth before its workers
+start. Its workers share this machine's cores: each gets cores / num_workers
+torch threads.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any, TextIO
 
 from . import env_info
 from .config import Sweep, training_config
+from .emulation import HOST_RESOURCE, Cluster
 from .export import export
 from .placement import placement_problem
 from .progress import Progress
@@ -69,20 +77,22 @@ def _lock(results: Path) -> TextIO:
 
 def run_sweep(sweep: Sweep, results: str | os.PathLike, *, address: str | None = None,
               resume: bool = False, max_concurrent_trials: int | None = None,
-              stream: TextIO = sys.stdout) -> tuple[Path, int]:
+              stream: TextIO = sys.stdout, emulation: Cluster | None = None) -> tuple[Path, int]:
     """Run the trials of ``sweep`` not finished yet; returns the results folder and how many
-    trials are still unfinished (nonzero only when the sweep was interrupted)."""
+    trials are still unfinished (nonzero only when the sweep was interrupted). ``emulation``: the
+    emulated cluster this driver runs in (its Ray is the one joined)."""
     results = Path(results).resolve()
     results.mkdir(parents=True, exist_ok=True)
     lock = _lock(results)
     try:
-        return _run_locked(sweep, results, address, resume, max_concurrent_trials, stream)
+        return _run_locked(sweep, results, address, resume, max_concurrent_trials, stream, emulation)
     finally:
         lock.close()
 
 
 def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
-                max_concurrent_trials: int | None, stream: TextIO) -> tuple[Path, int]:
+                max_concurrent_trials: int | None, stream: TextIO,
+                emulation: Cluster | None) -> tuple[Path, int]:
     done = finished_ids(results)
     if done and not resume:
         raise ResultsExist(f"{results} already holds {len(done)} finished trial(s) of this sweep: "
@@ -97,7 +107,10 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         _export_or_warn(results, progress)
         return results, 0
 
-    _start_ray(address, sweep.cluster)
+    if emulation is not None:
+        _calibrate(emulation, todo, progress)
+        address = emulation.address
+    _start_ray(address, sweep.cluster, emulation)
     import ray
     from ray import tune
 
@@ -106,6 +119,8 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     try:
         environment = env_info.collect()
         environment["ray_cluster_resources"] = ray.cluster_resources()
+        if emulation is not None:
+            environment["emulation"] = emulation.summary()
         (results / "environment.json").write_text(json.dumps(environment, indent=1))
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         run = {
@@ -113,6 +128,7 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
             "cluster": sweep.cluster,
             "storage_path": str(results / "ray" / f"train-{stamp}"),
             "cwd": os.getcwd(),  # relative data_dir values are relative to where the sweep was started
+            "emulation": None if emulation is None else {"prefix": emulation.prefix, "cpu_count": os.cpu_count()},
         }
         progress.note(f"running {len(todo)} trial(s) of {sweep.name}; results in {results}")
         tuner = tune.Tuner(
@@ -126,7 +142,7 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
             run_config=tune.RunConfig(
                 name=f"tune-{stamp}",
                 storage_path=str(results / "ray"),
-                callbacks=[_recorder(results, progress)],
+                callbacks=[_recorder(results, progress, emulation)],
                 verbose=0,  # our Progress prints one line per event instead
             ),
         )
@@ -157,9 +173,23 @@ def trial_dirname(trial: dict[str, Any]) -> str:
     return f"{safe}-{trial['trial_id']}" if safe else trial["trial_id"]
 
 
-def _start_ray(address: str | None, cluster: dict[str, Any]) -> None:
+def _calibrate(emulation: Cluster, todo: list[dict[str, Any]], progress: Progress) -> None:
+    """Calibrate each bandwidth the trials need that has no calibration yet, then shape the links to
+    the first trial's (while no trial runs: a calibration saturates the links)."""
+    needed = list(dict.fromkeys(t["bandwidth"] for t in todo if t["bandwidth"] is not None))
+    for rate in needed:
+        if rate not in emulation.calibrations:
+            found = emulation.shape(rate, recalibrate=True)
+            progress.note(f"links at {rate}: calibrated {found['measured_bps'] / 1e6:.1f} Mbit/s "
+                          f"({found['fraction']:.3f} of the rate)")
+    if needed and emulation.bandwidth != needed[0]:
+        emulation.shape(needed[0])
+
+
+def _start_ray(address: str | None, cluster: dict[str, Any], emulation: Cluster | None = None) -> None:
     """Join ``address`` (or RAY_ADDRESS, set by ``ray job submit``), else start a local Ray that
-    listens on 127.0.0.1 only. Call before anything imports ray (the local address is read then)."""
+    listens on 127.0.0.1 only. Call before anything imports ray (the local address is read then).
+    On an emulated cluster, wait until every host's node is alive."""
     os.environ.update(_RAY_ENV)
     # Old Tune output engine: it honours verbose=0 (the new one still prints boxes).
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -174,11 +204,15 @@ def _start_ray(address: str | None, cluster: dict[str, Any]) -> None:
     package_root = str(Path(__file__).resolve().parent.parent)
     python_path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
     env_vars = {**_RAY_ENV, "PYTHONPATH": python_path}
+    if emulation is not None:
+        env_vars.update({key: value for key, value in emulation.env().items() if key != "RAY_ADDRESS"})
     if cluster["placement_timeout_s"] is not None:  # read by Ray Train's controller
         env_vars["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = str(cluster["placement_timeout_s"])
     runtime_env = {"env_vars": env_vars}
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+        if emulation is not None:
+            _wait_for_nodes(emulation.hosts)
     else:
         ray.init(
             address="local",  # a new Ray even where `ray start` left a cluster address behind
@@ -188,6 +222,20 @@ def _start_ray(address: str | None, cluster: dict[str, Any]) -> None:
             runtime_env=runtime_env,
             log_to_driver=False,  # worker logs stay in the Ray session's log folder
         )
+
+
+def _wait_for_nodes(count: int, timeout_s: float = 60.0) -> None:
+    """Nodes started just before may take a moment to register with the head."""
+    import time
+
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while (alive := sum(node["Alive"] for node in ray.nodes())) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {alive} of the emulated cluster's {count} Ray nodes are alive after "
+                               f"{timeout_s:g} s: see `lowprec cluster status`")
+        time.sleep(0.2)
 
 
 def _dashboard_installed() -> bool:
@@ -219,6 +267,11 @@ def _run_trial(config: dict[str, Any]) -> None:
     resources = {"CPU": cluster["cpus_per_worker"]}
     if cluster["use_gpu"]:
         resources["GPU"] = cluster["gpus_per_worker"]
+    threads = None
+    if run["emulation"] is not None:
+        resources[HOST_RESOURCE] = 1
+        threads = max(1, run["emulation"]["cpu_count"] // trial["num_workers"])
+        _shape_for(trial, run["emulation"]["prefix"])
     problem = placement_problem(trial["num_workers"], resources, _node_resources())
     if problem:
         raise Unplaceable(problem)
@@ -227,7 +280,7 @@ def _run_trial(config: dict[str, Any]) -> None:
         backend = "nccl" if cluster["use_gpu"] else "gloo"
     trainer = TorchTrainer(
         _train_worker,
-        train_loop_config={"settings": settings, "sweep": run["sweep"], "trial": trial["name"]},
+        train_loop_config={"settings": settings, "sweep": run["sweep"], "trial": trial["name"], "threads": threads},
         scaling_config=ScalingConfig(num_workers=trial["num_workers"], use_gpu=cluster["use_gpu"],
                                      resources_per_worker=resources),
         run_config=RunConfig(
@@ -254,6 +307,17 @@ def _run_trial(config: dict[str, Any]) -> None:
         raise
 
 
+def _shape_for(trial: dict[str, Any], prefix: str) -> None:
+    """Shape the emulated links to the trial's bandwidth (trials run one at a time when it varies)."""
+    from .emulation import load
+
+    emulation = load(prefix)
+    if emulation is None:
+        raise RuntimeError(f"the emulated cluster {prefix!r} is gone (its state file is missing)")
+    if trial["bandwidth"] is not None and emulation.bandwidth != trial["bandwidth"]:
+        emulation.shape(trial["bandwidth"])
+
+
 def _node_resources() -> list[dict[str, float]]:
     """The resources of the cluster's alive nodes, less what this Tune trial itself holds."""
     import ray
@@ -272,6 +336,7 @@ def _node_resources() -> list[dict[str, float]]:
 def _train_worker(config: dict[str, Any]) -> None:
     """One Ray Train worker: the training loop, reporting each epoch to Tune and the dashboard."""
     import ray.train
+    import torch.distributed as dist
 
     from .gauges import StepGauges
     from .train_loop import train
@@ -287,12 +352,20 @@ def _train_worker(config: dict[str, Any]) -> None:
     # Each start of the worker group (the first, and each restart under max_failures) says so
     # first: its epochs replace those of the attempt before.
     ray.train.report({"attempt_started": True})
-    outcome = train(config["settings"], report=report)
-    ray.train.report({"outcome": {key: outcome[key] for key in ("status", "reason", "model_summary")}})
+    # Where the workers ran: the record shows whether a trial's workers shared a node.
+    node_ips = [ray.util.get_node_ip_address()]
+    if dist.is_initialized():
+        node_ips = node_ips * dist.get_world_size()
+        dist.all_gather_object(node_ips, ray.util.get_node_ip_address())
+    outcome = train(config["settings"], report=report, threads=config["threads"])
+    # One string: Tune's loggers take scalars and dicts, not lists.
+    ray.train.report({"outcome": {**{key: outcome[key] for key in ("status", "reason", "model_summary")},
+                                  "worker_node_ips": " ".join(node_ips)}})
 
 
-def _recorder(results: Path, progress: Progress) -> Any:
-    """A Tune callback that keeps each trial's epochs and writes its record when it ends."""
+def _recorder(results: Path, progress: Progress, emulation: Cluster | None) -> Any:
+    """A Tune callback that keeps each trial's epochs and writes its record when it ends, with the
+    calibration of its links on an emulated cluster."""
     from ray import tune
 
     class Recorder(tune.Callback):
@@ -322,17 +395,20 @@ def _recorder(results: Path, progress: Progress) -> Any:
         def on_trial_complete(self, iteration, trials, trial, **info):
             outcome = self.outcome.get(trial.trial_id, {
                 "status": "failed", "reason": "the trial ended without the training loop's outcome"})
-            self._finish(trial, outcome["status"], outcome["reason"], outcome.get("model_summary"))
+            self._finish(trial, outcome["status"], outcome["reason"], outcome.get("model_summary"),
+                         outcome.get("worker_node_ips", "").split() or None)
 
         def on_trial_error(self, iteration, trials, trial, **info):
             self._finish(trial, "failed", _error_reason(trial))
             progress.note(f"traceback of {_trial_name(trial)}: {trial.error_file}")
 
-        def _finish(self, trial, status: str, reason: str | None, model_summary: dict | None = None) -> None:
+        def _finish(self, trial, status: str, reason: str | None, model_summary: dict | None = None,
+                    worker_node_ips: list[str] | None = None) -> None:
             history = self.history.pop(trial.trial_id, [])
             attempts = self.attempts.pop(trial.trial_id, 0)
             write_record(results, make_record(trial.config["trial"], status, reason, history, model_summary,
-                                              attempts=attempts))
+                                              attempts=attempts, worker_node_ips=worker_node_ips,
+                                              link=_link(emulation, trial.config["trial"])))
             progress.finished_trial(_trial_name(trial), status, reason, history)
             try:
                 export(results)
@@ -340,6 +416,15 @@ def _recorder(results: Path, progress: Progress) -> Any:
                 progress.note(f"warning: could not rebuild the tables yet: {error!r}")
 
     return Recorder()
+
+
+def _link(emulation: Cluster | None, trial: dict[str, Any]) -> dict[str, Any] | None:
+    """The links a trial ran over: their rate and its calibration (None off an emulated cluster)."""
+    if emulation is None:
+        return None
+    rate = trial["bandwidth"] or emulation.bandwidth
+    calibration = emulation.calibrations.get(rate, {})
+    return {"hosts": emulation.hosts, "bandwidth": rate, "calibrated_bps": calibration.get("measured_bps")}
 
 
 def _error_reason(trial: Any) -> str:

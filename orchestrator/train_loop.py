@@ -46,9 +46,10 @@ def _backend(config: dict[str, Any]) -> str:
     return config["backend"] if config["backend"] != "auto" else ("nccl" if config["use_gpu"] else "gloo")
 
 
-def _setup_distributed(config: dict[str, Any]) -> tuple[int, int, torch.device, bool]:
+def _setup_distributed(config: dict[str, Any], threads: int | None) -> tuple[int, int, torch.device, bool]:
     """Join the process group (torchrun's env, or Ray's already-made group), or make a one-process
-    group so that one worker runs the same DDP hook as many; pick the device.
+    group so that one worker runs the same DDP hook as many; pick the device and, on CPUs, the torch
+    threads (``threads``, else the cores over the workers on this machine).
 
     Returns rank, world, device and whether this call made the group (and must destroy it).
     """
@@ -68,7 +69,7 @@ def _setup_distributed(config: dict[str, Any]) -> tuple[int, int, torch.device, 
         device = torch.device("cpu")
         local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
         # Workers sharing one machine's cores would otherwise oversubscribe them.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local))
     return rank, world, device, made
 
 
@@ -141,14 +142,16 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
-def train(config: dict[str, Any], report: Report | None = None) -> dict[str, Any]:
+def train(config: dict[str, Any], report: Report | None = None, threads: int | None = None) -> dict[str, Any]:
     """Train one configuration; returns ``{status, reason, model_summary, final, history}``.
 
     ``config`` holds training-loop settings (``settings.TRAINING_KEYS``; missing
     ones take their defaults); an invalid one raises ValueError naming it.
+    ``threads``: torch threads on CPUs where the launcher knows better than the
+    local world size (emulated hosts share one machine's cores).
     """
     config = settings.check_training(config)
-    rank, world, device, made_group = _setup_distributed(config)
+    rank, world, device, made_group = _setup_distributed(config, threads)
     try:
         return _train(config, report, rank, world, device)
     finally:

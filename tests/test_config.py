@@ -155,7 +155,7 @@ def test_trials_carry_every_training_setting(tmp_path):
 
     (trial,) = load_sweep(write(tmp_path, HEADER + "baselines: false\n")).trials
     assert list(settings_of(trial)) == list(settings.TRIAL_KEYS)
-    assert set(settings.TRAINING_KEYS) == set(settings.TRIAL_KEYS) - {"num_workers"}
+    assert set(settings.TRAINING_KEYS) == set(settings.TRIAL_KEYS) - {"num_workers", "bandwidth"}
 
 
 def test_labels_tell_close_floats_apart(tmp_path):
