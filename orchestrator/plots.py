@@ -11,6 +11,9 @@ Configurations are labelled as orchestrator.labels writes them, in legends and b
   exposed communication (medians over epochs, mean over seeds;
   ``tables.step_time_table``), one stacked bar per configuration and
   ``num_workers``.
+- ``speedup_vs_bandwidth.png`` (where the emulated links' ``bandwidth`` varies):
+  mean ``speedup_vs_fp32`` over seeds against the bandwidth (log axis), one line
+  per configuration, one panel per ``num_workers``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+
+from compressors.params import rate_bps
 
 from .tables import config_labels, step_time_table
 
@@ -43,10 +48,13 @@ def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path) -> li
     cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
     colours = {label: cmap(i % 20) for i, label in enumerate(labels)}
     workers = sorted(set(trials["num_workers"].tolist()))
+    figures = [("accuracy_vs_time.png", lambda: _accuracy_vs_time(plt, trials, history, colours, workers)),
+               ("speedup_vs_workers.png", lambda: _speedup_vs_workers(plt, trials, colours, workers)),
+               ("step_time_breakdown.png", lambda: _breakdown(plt, bars))]
+    if "bandwidth" in trials and trials["bandwidth"].dropna().nunique() > 1:
+        figures.append(("speedup_vs_bandwidth.png", lambda: _speedup_vs_bandwidth(plt, trials, cmap, workers)))
     paths = []
-    for name, draw in (("accuracy_vs_time.png", lambda: _accuracy_vs_time(plt, trials, history, colours, workers)),
-                       ("speedup_vs_workers.png", lambda: _speedup_vs_workers(plt, trials, colours, workers)),
-                       ("step_time_breakdown.png", lambda: _breakdown(plt, bars))):
+    for name, draw in figures:
         figure = draw()
         path = folder / name
         figure.savefig(path, dpi=110, bbox_inches="tight")
@@ -94,6 +102,34 @@ def _speedup_vs_workers(plt, trials, colours, workers):
     ax.set_ylabel("speedup vs fp32")
     ax.grid(alpha=0.3)
     _legend(figure, [ax])
+    return figure
+
+
+def _speedup_vs_bandwidth(plt, trials, cmap, workers):
+    trials = trials[trials["bandwidth"].notna()]
+    # The configuration without its bandwidth: one line across the bandwidths.
+    label = config_labels(trials.drop(columns="bandwidth"))
+    labels = list(dict.fromkeys(label))
+    bps = trials["bandwidth"].map(rate_bps)
+    speedup = pd.to_numeric(trials["speedup_vs_fp32"], errors="coerce")
+    figure, axes = plt.subplots(1, len(workers), figsize=(5.5 * len(workers), 4.2), squeeze=False, sharey=True)
+    for ax, w in zip(axes[0], workers):
+        here = trials["num_workers"] == w
+        means = speedup[here].groupby([label[here], bps[here]], sort=False).mean().dropna()
+        for i, name in enumerate(labels):
+            if name in means.index.get_level_values(0):
+                points = means.loc[name].sort_index()
+                ax.plot(points.index, points.to_numpy(), marker="o", color=cmap(i % 20), label=name)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_xscale("log")
+        ticks = sorted(set(zip(bps[here], trials["bandwidth"][here])))
+        ax.set_xticks([t for t, _ in ticks], [text for _, text in ticks])
+        ax.minorticks_off()
+        ax.set_title(f"{w} worker{'s' if w > 1 else ''}")
+        ax.set_xlabel("link bandwidth (each way)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("speedup vs fp32")
+    _legend(figure, axes[0])
     return figure
 
 

@@ -309,3 +309,20 @@ def test_step_time_table_is_milliseconds_per_configuration_and_worker_count(dire
     # fp32 at lr=0.1: seeds with 10 ms and 12 ms steps, three quarters of each in compute
     assert bars.loc["fp32 lr=0.1 num_workers=1", "compute"] == pytest.approx(8.25)
     assert bars[["compute", "exposed_comm"]].sum(axis=1).iloc[-1] == pytest.approx(bars["step_time"].iloc[-1])
+
+
+def test_a_bandwidth_sweep_gets_a_speedup_against_bandwidth_plot(tmp_path):
+    records = []
+    for rate, fp32_s, qsgd_s in (("100mbit", 4.0, 1.0), ("1gbit", 1.0, 0.8)):
+        for compressor, step_s in (("fp32", fp32_s), ("qsgd", qsgd_s)):
+            row = record(compressor, 0, epochs(step_s * 10, step_s, [0.5, 0.6], 0.9))
+            row["settings"]["bandwidth"] = rate
+            row["trial_id"] = row["name"] = f"{compressor}-{rate}"
+            records.append(row)
+    for row in records:
+        write_record(tmp_path, row)
+    export(tmp_path)
+    trials = pd.read_csv(tmp_path / "trials.csv").set_index("name")
+    assert trials.loc["qsgd-100mbit", "speedup_vs_fp32"] == 4.0
+    assert trials.loc["qsgd-1gbit", "speedup_vs_fp32"] == 1.25
+    assert (tmp_path / "plots" / "speedup_vs_bandwidth.png").read_bytes().startswith(b"\x89PNG")
