@@ -268,3 +268,12 @@ def test_quickstart_is_the_twelve_trial_cpu_study():
     assert {t["num_workers"] for t in sweep.trials} == {1, 2}
     assert {t["compressor"] for t in sweep.trials} == {"fp32", "fp16", "dynamic8", "qsgd", "onebit", "adaptive"}
     assert not sweep.cluster["use_gpu"]
+
+
+def test_bandwidth_study_crosses_six_methods_with_two_emulated_link_rates():
+    sweep = load_sweep(ROOT / "sweeps" / "bandwidth.yaml")
+    assert sweep.cluster["emulate"] == {"hosts": 4, "bandwidth": None}
+    assert sweep.max_concurrent_trials == 1
+    assert {(t["compressor"], t["bandwidth"]) for t in sweep.trials} == {
+        (c, b) for c in ("fp32", "fp16", "dynamic8", "qsgd", "onebit", "adaptive") for b in ("100mbit", "1gbit")}
+    assert {t["num_workers"] for t in sweep.trials} == {4}
