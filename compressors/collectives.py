@@ -7,7 +7,10 @@ completion, ``pipeline.Pipeline`` overlapped. Phase k's collective goes over
 ``groups[k]`` (the same group twice when run to completion). Every program
 gives the same result on every rank (decoded values are summed in rank order
 everywhere), runs on gloo with CPU tensors and on NCCL with CUDA tensors. All
-tensors of one call travel in one collective per phase.
+tensors of one call travel in one collective per phase; on gloo, a large
+all_to_all or all_gather goes as point-to-point messages with the receives
+posted first (``compressors.exchange``: gloo's own collectives reach half the
+link rate), the same bytes to the same places.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from . import accounting, wire
+from . import accounting, exchange, wire
 from .base import Compressor
 from .feedback import ErrorFeedback
 from .pipeline import Program
@@ -58,11 +61,14 @@ _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 
 
 def _gather_into(out: torch.Tensor, mine: torch.Tensor, world: int,
-                 group: dist.ProcessGroup | None) -> dist.Work | None:
-    if world > 1:
-        return _all_gather(out, mine, group=group, async_op=True)
-    out.copy_(mine)
-    return None
+                 group: dist.ProcessGroup | None) -> dist.Work | exchange.Exchange | None:
+    """All-gather ``mine`` (the same size on every rank) into ``out``; its work."""
+    if world == 1:
+        out.copy_(mine)
+        return None
+    if exchange.use_exchange(mine, mine.numel() * mine.element_size()):
+        return exchange.all_gather(out, mine, group)
+    return _all_gather(out, mine, group=group, async_op=True)
 
 
 def world_of(group: dist.ProcessGroup | None) -> tuple[int, int]:
@@ -197,11 +203,13 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     recv = torch.empty(world * sum(my_sizes), dtype=torch.uint8, device=device)
     phases.charge("encode")
     work = None
-    if world > 1:
+    if world == 1:
+        recv.copy_(send)
+    elif exchange.use_exchange(send, max(send_sizes)):  # rank r's chunks' size: the same on every rank
+        work = exchange.all_to_all(recv, [sum(my_sizes)] * world, send, send_sizes, groups[0])
+    else:
         work = dist.all_to_all_single(recv, send, output_split_sizes=[sum(my_sizes)] * world,
                                       input_split_sizes=send_sizes, group=groups[0], async_op=True)
-    else:
-        recv.copy_(send)
     phases.collective((yield work))
 
     # Server side: average my chunk of every tensor, re-encode it.

@@ -2,10 +2,11 @@
 
 A *program* is a generator (``compressors.collectives``): it does its local
 work (encode, decode), starts at most one collective with ``async_op=True``
-and yields its ``dist.Work`` (or None where nothing went over the wire), and
-is resumed with the time that collective completed; its return value is the
-result. The same program runs both ways, so both give the same numbers, bit
-for bit:
+and yields its ``dist.Work`` (or None where nothing went over the wire; or an
+``exchange.Exchange``, point-to-point messages that wait and give a future as
+a Work does), and is resumed with the time that collective completed; its
+return value is the result. The same program runs both ways, so both give the
+same numbers, bit for bit:
 
 - ``run``: wait for each collective in turn (exact per-phase timing);
 - ``Pipeline.launch``: the first stage runs in the caller's thread (inside a
