@@ -2,7 +2,7 @@
 
 The hosts are network namespaces ``<prefix>-h0 .. <prefix>-h{N-1}`` with
 addresses ``<subnet>.1 .. <subnet>.N`` on shaped links (set up beforehand, as
-root, e.g. with the emulated cluster's script in network-only mode). One rank
+root, e.g. ``lowprec cluster up --no_ray``). One rank
 runs in each namespace (``ip netns exec``, gloo on ``eth0``), and times, per
 size:
 
@@ -30,9 +30,10 @@ over rounds, the ideal time (the bytes a rank sends at the link's TCP goodput,
 ``rate x 1448/1514`` for 1500-byte frames) and their ratio, the fraction of
 the link rate.
 
-    LP_PREFIX=ck LP_SUBNET=198.18.9 bash emu-cluster.sh up 2 1gbit net
+    lowprec cluster up --hosts 2 --bandwidth 1gbit --no_ray --prefix ck --subnet 198.18.9
     python -m benchmarks.link_bench --prefix ck --subnet 198.18.9 --hosts 2 --rate 1gbit --sizes_mb 8 \\
         --repeats 5 --json benchmarks/out/link_h2.json
+    lowprec cluster down --prefix ck
 
 Root needed (``ip netns exec``). Each rank uses one torch thread.
 """
