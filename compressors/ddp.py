@@ -49,11 +49,32 @@ from .stats import StepLedger, StepStats
 from .step_clock import StepClock
 
 POWERSGD = "powersgd"
+
+
+def _powersgd_relations(params: dict[str, Any]) -> str | None:
+    # PowerSGDState asserts this: error feedback and warm start need one uncompressed step first.
+    if params["start_iter"] < 2 and (params["use_error_feedback"] or params["warm_start"]):
+        return (f"start_iter={params['start_iter']} must be >= 2 with use_error_feedback or warm_start "
+                "(PyTorch's PowerSGDState needs one uncompressed step first)")
+    return None
+
+
+# PyTorch's PowerSGDState options that change results, under its names (snake case; start_powerSGD_iter is
+# start_iter). Its default start_powerSGD_iter is 1000, which a short study never reaches; 2 is the least it
+# allows with error feedback or warm start.
 registry.register_hook_method(POWERSGD, (
     Param("matrix_rank", 1, int, low=1, high=1024, doc="rank of PowerSGD's low-rank approximation of each gradient matrix"),
-))
-# PowerSGD averages in fp32 for this many steps before it compresses (PyTorch's minimum with error feedback).
-START_POWERSGD_ITER = 2
+    Param("start_iter", 2, int, low=1, high=10**9,
+          doc="steps averaged in fp32 before PowerSGD compresses (PyTorch's start_powerSGD_iter; its default is 1000)"),
+    Param("min_compression_rate", 2.0, float, low=0,
+          doc="a gradient matrix (n, m) is compressed only if (n + m) matrix_rank x this < n m; others go dense"),
+    Param("use_error_feedback", True, bool, doc="add each bucket's compression error to its next gradient"),
+    Param("warm_start", True, bool, doc="start each step's power iteration from the last step's Q"),
+    Param("orthogonalization_epsilon", 0.0, float, low=0,
+          doc="added to each column's norm in Gram-Schmidt (PyTorch's default 0; 1e-8 avoids dividing by zero)"),
+), _powersgd_relations)
+# Not offered: batched_powerSGD_hook. In torch 2.13 it hands a 2-D Q to _orthogonalize, which asserts 3-D
+# (every call fails).
 
 
 def _done(value: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
@@ -339,7 +360,9 @@ class PowerSGDHookState(_LedgerState):
         self._tail: torch.futures.Future | None = None  # the last bucket's future
         self.powersgd = torch_powersgd.PowerSGDState(
             process_group=group, matrix_approximation_rank=params["matrix_rank"],
-            start_powerSGD_iter=START_POWERSGD_ITER, random_seed=params["seed"])
+            start_powerSGD_iter=params["start_iter"], min_compression_rate=params["min_compression_rate"],
+            use_error_feedback=params["use_error_feedback"], warm_start=params["warm_start"],
+            orthogonalization_epsilon=params["orthogonalization_epsilon"], random_seed=params["seed"])
 
     def state_dict(self) -> dict[str, Any]:
         return {"compressor": self.compressor, "algorithm": self.algorithm, "step": self.ledger.step,

@@ -17,6 +17,7 @@ is complete before any of it is used.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .params import SEED, Param, resolve
@@ -29,8 +30,10 @@ MAX_WIRE_ID = 255  # the header's compressor id is one byte; 0 is never valid
 # Payload codecs by name, kept in ascending wire id order.
 COMPRESSORS: dict[str, type[Compressor]] = {}
 _BY_WIRE_ID: dict[int, type[Compressor]] = {}
-# Hook-only methods: name -> declared parameters (SEED included).
+# Hook-only methods: name -> declared parameters (SEED included), and what is wrong with a set of them
+# that is valid one by one (None: nothing).
 HOOK_METHODS: dict[str, tuple[Param, ...]] = {}
+_HOOK_RELATIONS: dict[str, Callable[[dict[str, Any]], str | None]] = {}
 
 # How a method's gradients can be averaged (see ``compressors.reducer``).
 ALGORITHMS = ("allreduce", "allgather", "sra")
@@ -76,14 +79,18 @@ def register(cls: type[Compressor]) -> type[Compressor]:
     return cls
 
 
-def register_hook_method(name: str, params: tuple[Param, ...]) -> None:
-    """Declare a method that only runs as a DDP hook (``params`` without SEED: it is added)."""
+def register_hook_method(name: str, params: tuple[Param, ...],
+                         relations: Callable[[dict[str, Any]], str | None] | None = None) -> None:
+    """Declare a method that only runs as a DDP hook (``params`` without SEED: it is added);
+    ``relations`` says what is wrong with parameters valid one by one but not together."""
     if name in COMPRESSORS or name in HOOK_METHODS:
         raise RegistrationError(f"compressor name {name!r} is already registered")
     for param in params:
         if not param.doc:
             raise RegistrationError(f"{name}: parameter {param.name!r} needs a one-line doc")
     HOOK_METHODS[name] = tuple(params) + (SEED,)
+    if relations is not None:
+        _HOOK_RELATIONS[name] = relations
 
 
 def unused_wire_id() -> int:
@@ -130,7 +137,11 @@ def params_of(name: str) -> tuple[Param, ...]:
 
 def check_params(name: str, **params: Any) -> dict[str, Any]:
     """The full parameter dict of ``name`` (defaults filled, seed included), or ValueError."""
-    return resolve(name, params_of(name), params)
+    resolved = resolve(name, params_of(name), params)
+    problem = _HOOK_RELATIONS[name](resolved) if name in _HOOK_RELATIONS else None
+    if problem:
+        raise ValueError(f"{name}: {problem}")
+    return resolved
 
 
 def get(name: str, **params: Any) -> Compressor:

@@ -517,6 +517,14 @@ def test_comm_hook_picks_the_state_for_the_method():
         assert state.params == C.check_params(name)
     state = ddp.comm_hook("powersgd", matrix_rank=3, seed=7)
     assert (state.powersgd.matrix_approximation_rank, state.powersgd.start_powerSGD_iter) == (3, 2)
+    state = ddp.comm_hook("powersgd", start_iter=1000, min_compression_rate=1.5, use_error_feedback=False,
+                          warm_start=False, orthogonalization_epsilon=1e-8)
+    ps = state.powersgd
+    assert (ps.start_powerSGD_iter, ps.min_compression_rate, ps.use_error_feedback, ps.warm_start,
+            ps.orthogonalization_epsilon) == (1000, 1.5, False, False, 1e-8)
+    assert ddp.comm_hook("powersgd", start_iter=1, use_error_feedback=False, warm_start=False).powersgd.iter == 0
+    with pytest.raises(ValueError, match=r"powersgd: start_iter=1 must be >= 2 with use_error_feedback or warm_start"):
+        ddp.comm_hook("powersgd", start_iter=1)
     state = ddp.comm_hook("qsgd", bits=2, min_compress_numel=0, error_feedback=True)
     assert state.reducer.params["bits"] == 2 and state.reducer.min_compress_numel == 0 and state.reducer.ef is not None
 
@@ -561,6 +569,8 @@ DDP_RUNS = {
     "onebit": ("onebit", {}),
     "adaptive": ("adaptive", {"pi": 0.05}),
     "powersgd": ("powersgd", {"matrix_rank": 2}),
+    "powersgd_options": ("powersgd", {"matrix_rank": 2, "start_iter": 3, "min_compression_rate": 4.0,
+                                      "use_error_feedback": False, "warm_start": False}),
 }
 
 
@@ -588,8 +598,9 @@ def _train(rank, run):
     params = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
     history = None if state is None else [(s.bytes_sent, s.numel) for s in state.history]
     extra = {}
-    if run == "powersgd":
+    if run.startswith("powersgd"):
         extra["compression_stats"] = state.powersgd.compression_stats()
+    if run == "powersgd":
         saved = state.state_dict()
         fresh = ddp.comm_hook("powersgd", **DDP_RUNS[run][1])
         fresh.load_state_dict(saved)
@@ -715,6 +726,22 @@ def test_powersgd_compresses_from_its_third_step(world):
         if world == 2:  # the factors and the uncompressed tensors travel in three ring all_reduces
             assert r["history"][0][0] == ring(4 * NUMEL, 2)
             assert r["history"][-1][0] == ring(4 * (after // (DDP_STEPS - 2)), 2)
+
+
+@slow
+@DDP_WORLDS
+def test_powersgd_options_reach_pytorchs_state(world):
+    """start_iter 3: three fp32 steps; min_compression_rate 4: the 64 x 32 weight ((64 + 32) 2 x 4 = 768 <
+    2048) and the 64 x 64 one (1024 < 4096) are still compressed, nothing else (error feedback and warm
+    start off)."""
+    for r in ddp_run("powersgd_options", world):
+        rate, before, after = r["compression_stats"]
+        assert before == (DDP_STEPS - 3) * NUMEL
+        assert after == (DDP_STEPS - 3) * (NUMEL - 64 * 32 - 64 * 64 + (64 + 32) * 2 + (64 + 64) * 2)
+        assert all(min(ranks) > 2 for ranks in r["grad_ranks"][:3])
+        assert all(ranks == [2, 2] for ranks in r["grad_ranks"][3:])
+        if world == 2:
+            assert [h[0] for h in r["history"][:3]] == [ring(4 * NUMEL, 2)] * 3
 
 
 @slow
