@@ -110,11 +110,11 @@ def read_header(payload: torch.Tensor) -> Header:
 
 
 def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int]:
-    """The 2-D view ``(rows, cols)`` used by per-column methods.
-
-    A "column" of the papers (their matrices were column-major) is one
-    contiguous row of this view: ``(shape[0], numel // shape[0])`` for
-    tensors of two or more dimensions, a single row for 0-D and 1-D ones.
+    """The 2-D view ``(rows, cols)`` = (out, in) of the grouping methods (onebit, adaptive) and of sra's
+    chunks: ``(shape[0], numel // shape[0])`` for tensors of two or more dimensions (a conv weight's
+    (out, in*kh*kw)), a single row for 0-D and 1-D ones. The papers' "column" (CNTK and LBANN store
+    (out x in) column-major) is a column of this view, per input unit (``grouping: column``); a row is
+    per output unit (``grouping: row``).
     """
     numel = math.prod(shape)
     if numel == 0:

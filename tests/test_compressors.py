@@ -46,13 +46,27 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def rows_cols(shape: tuple[int, ...]) -> tuple[int, int]:
-    """The papers' columns: rows of the (shape[0], numel // shape[0]) view; 0-D/1-D: one row."""
+    """The 2-D view (shape[0], numel // shape[0]); 0-D/1-D: one row."""
     n = math.prod(shape)
     if n == 0:
         return 0, 0
     if len(shape) < 2:
         return 1, n
     return shape[0], n // shape[0]
+
+
+def groups_of(shape: tuple[int, ...], grouping: str = "row") -> tuple[int, int]:
+    """(number of groups, entries per group): the papers' columns are the columns of the 2-D
+    view (per input unit), ``row`` its rows; 0-D/1-D tensors are one group either way."""
+    rows, cols = rows_cols(shape)
+    return (cols, rows) if grouping == "column" and len(shape) >= 2 else (rows, cols)
+
+
+def as_groups(x: torch.Tensor, grouping: str = "row") -> torch.Tensor:
+    """x as a (groups, length) matrix whose rows are the groups."""
+    rows, cols = rows_cols(tuple(x.shape))
+    m = x.reshape(rows, cols)
+    return m.t() if grouping == "column" and x.dim() >= 2 else m
 
 
 def k_sent(pi: float, n: int) -> int:
@@ -83,12 +97,13 @@ def expected_nbytes(name: str, shape: tuple[int, ...], **p) -> int:
         bits, bucket = p.get("bits", 4), p.get("bucket", 512)
         body = 4 * ceil_div(n, bucket) + ceil_div(n * bits, 8)
     elif name == "onebit":
-        rows, _ = rows_cols(shape)
-        body = 8 * rows + ceil_div(n, 8)
+        groups, _ = groups_of(shape, p.get("grouping", "row"))
+        body = 8 * groups + ceil_div(n, 8)
     elif name == "adaptive":
-        rows, cols = rows_cols(shape)
+        groups, length = groups_of(shape, p.get("grouping", "row"))
         k = k_sent(p.get("pi", 0.01), n)
-        body = 4 + 12 * rows + k * (2 if cols <= 32767 else 4)
+        capacity = k if p.get("threshold", "exact") == "exact" else min(n, 4 * k)
+        body = 4 + 12 * groups + capacity * (2 if length <= 32767 else 4)
     elif name == "topk":
         body = 8 * k_sent(p.get("pi", 0.01), n)
     else:
@@ -155,11 +170,12 @@ def test_encoded_size_shape_and_dtype(cfg, shape):
     assert out.dtype == torch.float32 and tuple(out.shape) == shape
 
 
-def test_adaptive_entry_width_switches_above_32767():
-    c = C.get("adaptive", pi=0.01)
-    for cols, width in ((32766, 2), (32767, 2), (32768, 4), (40000, 4)):
-        shape = (2, cols)
-        k = k_sent(0.01, 2 * cols)
+@pytest.mark.parametrize("grouping", ["column", "row"])
+def test_adaptive_entry_width_switches_above_32767(grouping):
+    c = C.get("adaptive", pi=0.01, grouping=grouping)
+    for length, width in ((32766, 2), (32767, 2), (32768, 4), (40000, 4)):
+        shape = (length, 2) if grouping == "column" else (2, length)  # two groups of ``length``
+        k = k_sent(0.01, 2 * length)
         assert c.payload_nbytes(shape) == 40 + 16 + 4 + 24 + k * width
 
 
@@ -428,15 +444,16 @@ def test_qsgd_huge_finite_values_l2():
 # ---------------------------------------------------------------- onebit
 
 
+@pytest.mark.parametrize("grouping", ["column", "row"])
 @pytest.mark.parametrize("shape", [(257,), (1, 33), (6, 40), (4, 3, 5), (8, 4, 3, 3), ()], ids=str)
-def test_onebit_two_values_per_column_equal_to_the_means(shape):
+def test_onebit_two_values_per_group_equal_to_the_means(shape, grouping):
     x = randn(*shape, seed=2)
     if x.numel() > 3:
         x.view(-1)[3] = 0.0  # zero goes with the entries >= 0
-    out = roundtrip(C.get("onebit"), x)
-    rows, cols = rows_cols(shape)
-    xm, om = x.double().reshape(rows, cols), out.double().reshape(rows, cols)
-    for i in range(rows):
+    out = roundtrip(C.get("onebit", grouping=grouping), x)
+    xm, om = as_groups(x.double(), grouping), as_groups(out.double(), grouping)
+    assert xm.shape == groups_of(shape, grouping)
+    for i in range(xm.shape[0]):
         pos, neg = xm[i] >= 0, xm[i] < 0
         mp = float(xm[i][pos].mean()) if pos.any() else None
         mn = float(xm[i][neg].mean()) if neg.any() else None
@@ -447,27 +464,36 @@ def test_onebit_two_values_per_column_equal_to_the_means(shape):
             assert torch.allclose(om[i][neg], torch.full_like(om[i][neg], mn), rtol=1e-6, atol=1e-7)
 
 
-def test_onebit_one_sided_columns():
+@pytest.mark.parametrize("grouping", ["column", "row"])
+def test_onebit_one_sided_groups(grouping):
     x = torch.tensor([[1.0, 2.0, 3.0], [-1.0, -2.0, -6.0], [0.0, 0.0, 0.0]])
-    out = roundtrip(C.get("onebit"), x)
-    assert out.tolist() == [[2.0] * 3, [-3.0] * 3, [0.0] * 3]
+    expect = torch.tensor([[2.0] * 3, [-3.0] * 3, [0.0] * 3])
+    if grouping == "column":  # the same groups, as columns
+        x, expect = x.t().contiguous(), expect.t()
+    assert torch.equal(roundtrip(C.get("onebit", grouping=grouping), x), expect)
 
 
-def test_onebit_huge_finite_values_stay_finite():
+@pytest.mark.parametrize("grouping", ["column", "row"])
+def test_onebit_huge_finite_values_stay_finite(grouping):
     """Means of finite float32 values are finite although their float32 sum (6e38) is not:
-    the column sums are taken in float64."""
+    the group sums are taken in float64."""
     x = torch.tensor([[3e38, 3e38, -1.0, 1.0], [1.0, -2.0, 3.0, -4.0]])
-    out = roundtrip(C.get("onebit"), x)
+    if grouping == "column":
+        x = x.t().contiguous()
+    out = roundtrip(C.get("onebit", grouping=grouping), x)
     assert bool(torch.isfinite(out).all())
-    assert out[0, 0] == pytest.approx(2e38, rel=1e-6)
+    assert out.view(-1)[0] == pytest.approx(2e38, rel=1e-6)
 
 
 # ---------------------------------------------------------------- adaptive / topk
 
 
-def adaptive_reference(x: torch.Tensor, pi: float) -> torch.Tensor:
-    rows, cols = rows_cols(tuple(x.shape))
-    flat = x.double().reshape(-1).numpy()
+def adaptive_reference(x: torch.Tensor, pi: float, grouping: str = "column") -> torch.Tensor:
+    """The k largest magnitudes (ties: the lowest index in group-major order), each decoded to the
+    mean of the selected entries of its sign in its group."""
+    m = as_groups(x.double(), grouping)
+    rows, cols = m.shape
+    flat = m.contiguous().reshape(-1).numpy()
     idx = top_indices(flat, k_sent(pi, flat.size))
     out = np.zeros(flat.size)
     for r in range(rows):
@@ -475,53 +501,68 @@ def adaptive_reference(x: torch.Tensor, pi: float) -> torch.Tensor:
         for side in (flat[sel] >= 0, flat[sel] < 0):
             if side.any():
                 out[sel[side]] = flat[sel[side]].mean()
-    return torch.from_numpy(out).reshape(x.shape)
+    out = torch.from_numpy(out).reshape(rows, cols)
+    return (out.t() if grouping == "column" and x.dim() >= 2 else out).reshape(x.shape)
 
 
+@pytest.mark.parametrize("grouping", ["column", "row"])
 @pytest.mark.parametrize("shape,pi", [((8, 50), 0.01), ((8, 50), 0.1), ((6, 4, 5), 0.3), ((16, 3, 3, 3), 0.05),
-                                      ((3, 40000), 0.001), ((500,), 0.02), ((1, 64), 0.25), ((2, 3), 1.0)], ids=str)
-def test_adaptive_sends_k_entries_with_per_column_means(shape, pi):
+                                      ((3, 40000), 0.001), ((40000, 3), 0.001), ((500,), 0.02), ((1, 64), 0.25),
+                                      ((2, 3), 1.0)], ids=str)
+def test_adaptive_sends_k_entries_with_per_group_means(shape, pi, grouping):
     x = randn(*shape, seed=4)
-    c = C.get("adaptive", pi=pi)
+    c = C.get("adaptive", pi=pi, grouping=grouping)
     out = roundtrip(c, x)
     k = k_sent(pi, x.numel())
     assert int((out != 0).sum()) == k
-    assert torch.allclose(out.double(), adaptive_reference(x, pi), rtol=1e-6, atol=1e-7)
+    assert torch.allclose(out.double(), adaptive_reference(x, pi, grouping), rtol=1e-6, atol=1e-7)
     # unsent entries are exactly zero and sent ones keep their sign
     nz = out != 0
     assert bool((torch.sign(out[nz]) == torch.sign(x[nz])).all())
 
 
-def test_adaptive_single_row_tensors_encode():
-    """1-D tensors (biases) and tensors with shape[0] == 1 are one column; their per-column
-    means are 1-element views of stride 2, which the payload assembly must copy, not view."""
-    c = C.get("adaptive", pi=0.1)
-    for shape in [(100,), (1, 100), (), (1, 3, 4)]:
+@pytest.mark.parametrize("grouping", ["column", "row"])
+def test_adaptive_single_group_tensors_encode(grouping):
+    """1-D tensors (biases) are one group, and so is a (1, n) tensor by rows, (n, 1) by columns;
+    single-row tensors by columns are n groups of one. A one-group body's means are
+    1-element views of stride 2, which the payload assembly must copy, not view."""
+    c = C.get("adaptive", pi=0.1, grouping=grouping)
+    for shape in [(100,), (1, 100), (100, 1), (), (1, 3, 4)]:
         x = randn(*shape)
         out = roundtrip(c, x)
-        assert torch.allclose(out.double(), adaptive_reference(x, 0.1), rtol=1e-6, atol=1e-7)
+        assert torch.allclose(out.double(), adaptive_reference(x, 0.1, grouping), rtol=1e-6, atol=1e-7)
 
 
-def test_adaptive_16_bit_entries_reach_the_last_column():
-    cols = 32767
-    x = torch.zeros(2, cols)
-    x[0, cols - 1] = 5.0
-    x[1, cols - 1] = -3.0
-    x[1, cols - 2] = -1.0
-    c = C.get("adaptive", pi=4e-5)  # k = ceil(2.62) = 3
+def _two_groups(length: int, grouping: str) -> torch.Tensor:
+    """Zeros with two groups of ``length`` (rows of (2, length), or columns of (length, 2)),
+    as the (2, length) matrix of the groups (a view into the tensor to encode)."""
+    return torch.zeros(2, length) if grouping == "row" else torch.zeros(length, 2).t()
+
+
+@pytest.mark.parametrize("grouping", ["column", "row"])
+def test_adaptive_16_bit_entries_reach_the_last_index(grouping):
+    length = 32767
+    g = _two_groups(length, grouping)
+    g[0, length - 1] = 5.0
+    g[1, length - 1] = -3.0
+    g[1, length - 2] = -1.0
+    x = g if grouping == "row" else g.t()
+    c = C.get("adaptive", pi=4e-5, grouping=grouping)  # k = ceil(2.62) = 3
     assert c.payload_nbytes(x.shape) == 40 + 16 + 4 + 24 + 3 * 2
     out = roundtrip(c, x)
-    assert out[0, cols - 1] == 5.0 and out[1, cols - 1] == -2.0 and out[1, cols - 2] == -2.0
+    og = out if grouping == "row" else out.t()
+    assert og[0, length - 1] == 5.0 and og[1, length - 1] == -2.0 and og[1, length - 2] == -2.0
     assert int((out != 0).sum()) == 3
 
 
-def test_adaptive_32_bit_entries():
-    cols = 40000
-    x = torch.zeros(2, cols)
-    x[0, 39999] = 1.0
-    x[1, 35000] = -4.0
-    x[1, 2] = 2.0
-    c = C.get("adaptive", pi=3 / 80000)
+@pytest.mark.parametrize("grouping", ["column", "row"])
+def test_adaptive_32_bit_entries(grouping):
+    g = _two_groups(40000, grouping)
+    g[0, 39999] = 1.0
+    g[1, 35000] = -4.0
+    g[1, 2] = 2.0
+    x = g if grouping == "row" else g.t()
+    c = C.get("adaptive", pi=3 / 80000, grouping=grouping)
     assert c.payload_nbytes(x.shape) == 40 + 16 + 4 + 24 + 3 * 4
     assert torch.equal(roundtrip(c, x), x)
 
@@ -537,16 +578,24 @@ def test_topk_keeps_exactly_the_k_largest(shape, pi):
     assert np.array_equal(out.reshape(-1).numpy(), expect)
 
 
-@pytest.mark.parametrize("name", SPARSE)
-def test_sparse_ties_go_to_the_lowest_index(name):
+@pytest.mark.parametrize("name,p", [("topk", {}), ("adaptive", {"grouping": "row"})], ids=str)
+def test_sparse_ties_go_to_the_lowest_index(name, p):
     x = torch.tensor([0.5, -1.0, 1.0, 2.0, -1.0, 1.0, 0.25, 1.0]).view(2, 4)
-    c = C.get(name, pi=3 / 8)  # k = 3: 2.0, then the first two of the five tied 1.0s
+    c = C.get(name, pi=3 / 8, **p)  # k = 3: 2.0, then the first two of the five tied 1.0s
     out = roundtrip(c, x).view(-1)
     assert (out != 0).nonzero().view(-1).tolist() == [1, 2, 3]
     if name == "topk":
         assert out.tolist() == [0, -1.0, 1.0, 2.0, 0, 0, 0, 0]
     else:
         assert out.tolist() == [0, -1.0, 1.5, 1.5, 0, 0, 0, 0]
+
+
+def test_adaptive_column_ties_go_to_the_lowest_index_column_by_column():
+    """By columns the order is column-major: the groups', so each group's entries are one run."""
+    x = torch.tensor([0.5, -1.0, 1.0, 2.0, -1.0, 1.0, 0.25, 1.0]).view(2, 4)
+    # column-major: 0.5, -1.0 (x[1,0]), -1.0 (x[0,1]), 1.0, 1.0, 0.25, 2.0, 1.0: 2.0, then x[1,0], x[0,1]
+    out = roundtrip(C.get("adaptive", pi=3 / 8, grouping="column"), x).view(-1)
+    assert out.tolist() == [0, -1.0, 0, 2.0, -1.0, 0, 0, 0]
 
 
 def test_k_is_ceil_pi_n():
@@ -790,16 +839,20 @@ def test_nonfinite_input_poisons_only_its_block(cfg, kind):
         assert torch.equal(out[[0, 2, 3]], ref[[0, 2, 3]])
 
 
+@pytest.mark.parametrize("grouping", ["column", "row"])
 @pytest.mark.parametrize("kind", ["nan", "inf", "-inf"])
-def test_onebit_nonfinite_poisons_only_its_column(kind):
+def test_onebit_nonfinite_poisons_only_its_group(kind, grouping):
     x = _bad_tensor(kind)
-    out = roundtrip(C.get("onebit"), x)
+    out = roundtrip(C.get("onebit", grouping=grouping), x)
     assert not math.isfinite(float(out[1, 5]))
-    assert bool(torch.isfinite(out[[0, 2, 3]]).all())
-    side = x[1] >= 0 if kind == "inf" else x[1] < 0  # NaN >= 0 is False: the negative side
-    side[5] = True
-    assert not bool(torch.isfinite(out[1][side]).any())
-    assert bool(torch.isfinite(out[1][~side]).all())
+    xg, og = as_groups(x, grouping), as_groups(out, grouping)
+    g, j = (5, 1) if grouping == "column" else (1, 5)  # the bad entry's group, its index there
+    others = [i for i in range(og.shape[0]) if i != g]
+    assert bool(torch.isfinite(og[others]).all())
+    side = xg[g] >= 0 if kind == "inf" else xg[g] < 0  # NaN >= 0 is False: the negative side
+    side[j] = True
+    assert not bool(torch.isfinite(og[g][side]).any())
+    assert bool(torch.isfinite(og[g][~side]).all())
 
 
 @pytest.mark.parametrize("name", SPARSE)
@@ -860,8 +913,10 @@ def test_check_params_fills_defaults():
     assert C.check_params("topk", pi=1) == {"pi": 1.0, "seed": 0}
     assert C.check_params("dynamic8") == {"block": 0, "seed": 0}
     assert C.check_params("fp32") == {"seed": 0}
-    assert C.check_params("powersgd") == {"matrix_rank": 1, "seed": 0}
-    assert C.check_params("powersgd", matrix_rank=4) == {"matrix_rank": 4, "seed": 0}
+    powersgd = {"matrix_rank": 1, "start_iter": 2, "min_compression_rate": 2.0, "use_error_feedback": True,
+                "warm_start": True, "orthogonalization_epsilon": 0.0, "seed": 0}
+    assert C.check_params("powersgd") == powersgd
+    assert C.check_params("powersgd", matrix_rank=4) == {**powersgd, "matrix_rank": 4}
     with pytest.raises(ValueError, match="matrix_rank"):
         C.check_params("powersgd", matrix_rank=0)
     with pytest.raises(ValueError, match="did you mean 'matrix_rank'"):

@@ -251,7 +251,7 @@ def test_topk_index_out_of_range():
 
 
 def adaptive_payload(shape, pi):
-    c = C.get("adaptive", pi=pi)
+    c = C.get("adaptive", pi=pi, grouping="row")
     return c, raw(c.encode(sample(shape, seed=3)))
 
 

@@ -1,4 +1,5 @@
-"""1-bit SGD (compressors.onebit): per row of the 2-D view, the means of the entries >= 0 and < 0.
+"""1-bit SGD (compressors.onebit): per row of the groups' matrix (onebit.group_shape; the caller
+passes a column grouping transposed), the means of the entries >= 0 and < 0.
 
 The sums behind the means follow compressors.pairwise (a pairwise tree in
 float64, zero-padded to a power of two), built with a stack of nodes
@@ -204,3 +205,43 @@ def decode(packed, rows, cols, mean_pos, mean_neg, out, add):
         while i < end:
             _put(out, i, p if (packed[i >> 3] >> np.uint8(i & 7)) & np.uint8(1) else q, add)
             i += 1
+
+
+@njit(**JIT)
+def decode_columns(packed, groups, length, mean_pos, mean_neg, out, add):
+    """``decode`` of a column grouping straight into ``out`` in the input's order, the C-order
+    (length, groups) matrix whose column g is group g (bits g * length ..). Eight rows at a time:
+    each group's 8 bits for them are gathered into a byte (the groups' bits are near in cache
+    from one block to the next), then each row is written along memory, as in ``decode``."""
+    window = np.empty(groups, np.uint8)
+    last = packed.size - 1
+    full = length - length % 8
+    for i0 in range(0, full, 8):
+        for g in range(groups):
+            b = g * length + i0
+            at = b >> 3
+            shift = b & 7
+            low = np.int64(packed[at])
+            high = np.int64(packed[at + 1]) if shift and at < last else np.int64(0)
+            window[g] = np.uint8(((low | (high << 8)) >> shift) & 255)
+        for t in range(8):
+            row = out[(i0 + t) * groups:(i0 + t + 1) * groups]
+            shift = np.uint8(t)
+            # The operands loaded into locals first: LLVM then vectorises the select (3x here).
+            if add:
+                for g in range(groups):
+                    bit = (window[g] >> shift) & np.uint8(1)
+                    p = mean_pos[g]
+                    q = mean_neg[g]
+                    row[g] += p if bit else q
+            else:
+                for g in range(groups):
+                    bit = (window[g] >> shift) & np.uint8(1)
+                    p = mean_pos[g]
+                    q = mean_neg[g]
+                    row[g] = p if bit else q
+    for i in range(full, length):
+        for g in range(groups):
+            b = g * length + i
+            _put(out, i * groups + g,
+                 mean_pos[g] if (packed[b >> 3] >> np.uint8(b & 7)) & np.uint8(1) else mean_neg[g], add)

@@ -1,4 +1,5 @@
-"""Top-k and adaptive (compressors.sparse): exact selection by a radix select, then the bodies.
+"""Top-k and adaptive (compressors.sparse): exact selection by a radix select, then the bodies;
+adaptive's sampled selection (LBANN's thresholds and means from random samples).
 
 The selection ranks the reference's ``nan_to_num(|v|, nan=inf)`` as integer
 keys (see ``magnitude_key``). One histogram pass over all ``n`` keys finds
@@ -17,11 +18,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .common import F32, INLINE, JIT, bits_f32
+from .common import F32, INLINE, JIT, bits_f32, uniform
 
 _LOW_BITS = 15  # keys have 31 bits: a 16-bit top digit, a 15-bit low one
 _LOW_MASK = (1 << _LOW_BITS) - 1
 _INF = 0x7F800000
+# compressors.sparse's sample sizes (LBANN's).
+THRESHOLD_SAMPLES = 1024
+MEAN_SAMPLES = 128
 
 
 @njit(**INLINE)
@@ -159,8 +163,9 @@ def _get(entries, j, wide):
 
 @njit(**JIT)
 def adaptive_encode(bits, k, rows, cols, ints, floats, entries, wide):
-    """``ints`` and ``floats`` view the body's head (total, row offsets, positive means, negative
-    means) as int32 and float32; ``entries`` is the rest (uint8). Sums in float64 in ascending
+    """``bits``: the groups' matrix (rows = groups), flat. ``ints`` and ``floats`` view the body's
+    head (total, group offsets, positive means, negative means) as int32 and float32; ``entries``
+    is the rest (uint8). Sums in float64 in ascending
     index order, as the reference's CPU index_add_ makes them."""
     idx = np.empty(k, np.int32)
     select_largest(bits, k, idx)
@@ -184,28 +189,151 @@ def adaptive_encode(bits, k, rows, cols, ints, floats, entries, wide):
             floats[1 + (1 + side) * rows + r] = F32(sums[2 * r + side] / c) if c > 0 else F32(0.0)
 
 
+@njit(**INLINE)
+def _position(key, index, bound):
+    """A position in [0, bound) from the counter hash (compressors.sparse._positions)."""
+    return (np.int64(uniform(key, index) * F32(16777216.0)) * bound) >> 24
+
+
+@njit(**INLINE)
+def _sparse_tree_sum(at, values, m, levels):
+    """compressors.pairwise's tree over 2**levels leaves, zero but for the ``m`` at ascending
+    positions ``at`` (overwritten, as ``values``): level by level, a node with one child present
+    is that child, as child + 0.0 is for the nonzero values of one sign that the means sum."""
+    for _ in range(levels):
+        i = 0
+        j = 0
+        while i < m:
+            parent = at[i] >> 1
+            v = values[i]
+            if i + 1 < m and at[i + 1] >> 1 == parent:
+                v = v + values[i + 1]
+                i += 2
+            else:
+                i += 1
+            at[j] = parent
+            values[j] = v
+            j += 1
+        m = j
+    return values[0] if m > 0 else 0.0
+
+
 @njit(**JIT)
-def adaptive_decode(ints, floats, entries, k, rows, cols, wide, out, add):
-    """Each entry's region mean into (or onto) ``out``. Checks: 1 a total other than ``k``,
-    2 offsets not ascending from 0 within [0, k], 3 a column index outside [0, cols),
-    4 column indices not strictly ascending within a row."""
-    if ints[0] != k:
+def adaptive_sampled_encode(bits, key, keep, capacity, rows, cols, ints, floats, entries, wide):
+    """compressors.sparse._sampled, then the body as ``adaptive_encode`` writes it; the entries
+    after the ones sent, up to ``capacity``, are zero bytes."""
+    n = bits.size
+    width = 4 if wide else 2
+    if n == 0:
+        ints[0] = 0
+        entries[:capacity * width] = 0
+        return
+    # The thresholds: of the ``keep`` largest sample keys, the smallest of each sign.
+    samples = min(n, THRESHOLD_SAMPLES)
+    keys = np.empty(samples, np.int64)
+    negative = np.empty(samples, np.bool_)
+    for j in range(samples):
+        i = j if n <= THRESHOLD_SAMPLES else _position(key, j, n)
+        keys[j] = magnitude_key(bits[i])
+        negative[j] = bits_f32(bits[i]) < F32(0.0)
+    top = np.sort(keys)[samples - keep]
+    none = np.int64(_INF + 1)  # above every key
+    low_pos = none
+    low_neg = none
+    for j in range(samples):
+        if keys[j] >= top:
+            if negative[j]:
+                low_neg = min(low_neg, keys[j])
+            else:
+                low_pos = min(low_pos, keys[j])
+    if low_pos == none:
+        low_pos = low_neg
+    if low_neg == none:
+        low_neg = low_pos
+    low_pos = max(low_pos, 1)
+    low_neg = max(low_neg, 1)
+    # Group by group: the entries sent, up to the capacity (a non-finite one poisons its side's
+    # mean), then the means from the group's sample positions, while the group is in cache.
+    per_group = min(cols, MEAN_SAMPLES)
+    levels = 0
+    while (1 << levels) < per_group:
+        levels += 1
+    # The sent samples of each side: their positions among the group's samples, their values.
+    at_pos = np.empty(per_group, np.int64)
+    at_neg = np.empty(per_group, np.int64)
+    values_pos = np.empty(per_group, np.float64)
+    values_neg = np.empty(per_group, np.float64)
+    fallback_pos = np.float64(bits_f32(np.uint32(low_pos)))
+    fallback_neg = -np.float64(bits_f32(np.uint32(low_neg)))
+    sent = 0
+    for r in range(rows):
+        ints[1 + r] = min(sent, capacity)
+        poison_pos = 0.0
+        poison_neg = 0.0
+        for c in range(cols):
+            w = bits[r * cols + c]
+            v = bits_f32(w)
+            neg = np.int64(v < F32(0.0))
+            if magnitude_key(w) >= (low_neg if neg else low_pos):
+                if sent < capacity:
+                    _put(entries, sent, wide, np.int64(c) << 1 | neg)
+                sent += 1
+                if not np.isfinite(v):
+                    if neg:
+                        poison_neg += np.float64(v)
+                    else:
+                        poison_pos += np.float64(v)
+        count_pos = 0
+        count_neg = 0
+        # Branch-free (a sample's sign is a coin flip a branch would mispredict): each sample is
+        # stored on both sides and kept by advancing a side's count; count <= t, so it fits.
+        for t in range(per_group):
+            c = t if cols <= MEAN_SAMPLES else _position(key, THRESHOLD_SAMPLES + MEAN_SAMPLES * r + t, cols)
+            w = bits[r * cols + c]
+            v = bits_f32(w)
+            neg = v < F32(0.0)
+            taken = magnitude_key(w) >= (low_neg if neg else low_pos)
+            at_pos[count_pos] = t
+            at_neg[count_neg] = t
+            values_pos[count_pos] = np.float64(v)
+            values_neg[count_neg] = np.float64(v)
+            count_pos += np.int64(taken & (not neg))
+            count_neg += np.int64(taken & neg)
+        mean_pos = (_sparse_tree_sum(at_pos, values_pos, count_pos, levels) / count_pos if count_pos > 0
+                    else fallback_pos)
+        mean_neg = (_sparse_tree_sum(at_neg, values_neg, count_neg, levels) / count_neg if count_neg > 0
+                    else fallback_neg)
+        floats[1 + rows + r] = F32(mean_pos + poison_pos)
+        floats[1 + 2 * rows + r] = F32(mean_neg + poison_neg)
+    total = min(sent, capacity)
+    ints[0] = total
+    entries[total * width:capacity * width] = 0
+
+
+@njit(**JIT)
+def adaptive_decode(ints, floats, entries, k, exact, rows, cols, stride, step, wide, out, add):
+    """Each entry's region mean into (or onto) ``out``, entry ``c`` of group ``r`` at
+    ``r * stride + c * step``. Checks: 1 a total other than ``k`` (``exact``) or above it,
+    2 offsets not ascending from 0 within [0, total], 3 an index outside [0, cols), 4 indices
+    not strictly ascending within a group."""
+    total = np.int64(ints[0])
+    if total != k if exact else (total < 0 or total > k):
         return 1
     if rows > 0 and ints[1] != 0:
         return 2
     for r in range(rows):
-        end = ints[2 + r] if r + 1 < rows else k
+        end = ints[2 + r] if r + 1 < rows else total
         if end < ints[1 + r]:
             return 2
-    for j in range(k):
+    for j in range(total):
         e = _get(entries, j, wide)
         if e < 0 or e >> 1 >= cols:
             return 3
-    # Rows ascend and columns lie in [0, cols): strictly ascending flat positions are exactly
-    # strictly ascending columns within each row.
+    # Groups ascend and indices lie in [0, cols): strictly ascending positions in the groups'
+    # matrix are exactly strictly ascending indices within each group.
     last = np.int64(-1)
     for r in range(rows):
-        end = ints[2 + r] if r + 1 < rows else k
+        end = ints[2 + r] if r + 1 < rows else total
         for j in range(ints[1 + r], end):
             position = r * cols + (_get(entries, j, wide) >> 1)
             if position <= last:
@@ -214,12 +342,12 @@ def adaptive_decode(ints, floats, entries, k, rows, cols, wide, out, add):
     if not add:
         out[:] = F32(0.0)
     for r in range(rows):
-        end = ints[2 + r] if r + 1 < rows else k
+        end = ints[2 + r] if r + 1 < rows else total
         for j in range(ints[1 + r], end):
             e = _get(entries, j, wide)
             v = floats[1 + 2 * rows + r] if e & 1 else floats[1 + rows + r]
             if add:
-                out[r * cols + (e >> 1)] += v
+                out[r * stride + (e >> 1) * step] += v
             else:
-                out[r * cols + (e >> 1)] = v
+                out[r * stride + (e >> 1) * step] = v
     return 0
