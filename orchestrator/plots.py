@@ -107,8 +107,8 @@ def _speedup_vs_workers(plt, trials, colours, workers):
 
 def _speedup_vs_bandwidth(plt, trials, cmap, workers):
     trials = trials[trials["bandwidth"].notna()]
-    # The configuration without its bandwidth: one line across the bandwidths.
-    label = config_labels(trials.drop(columns="bandwidth"))
+    # The configuration without its bandwidth (nor the label that names it): one line across the bandwidths.
+    label = config_labels(trials.drop(columns=["bandwidth", "label"], errors="ignore"))
     labels = list(dict.fromkeys(label))
     bps = trials["bandwidth"].map(rate_bps)
     speedup = pd.to_numeric(trials["speedup_vs_fp32"], errors="coerce")

@@ -32,9 +32,11 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from compressors.params import rate_bps
+
 from . import env_info
 from .config import Sweep, training_config
-from .emulation import HOST_RESOURCE, Cluster
+from .emulation import HEADROOM, HOST_RESOURCE, Cluster
 from .export import export
 from .placement import placement_problem
 from .progress import Progress
@@ -177,11 +179,15 @@ def _calibrate(emulation: Cluster, todo: list[dict[str, Any]], progress: Progres
     """Calibrate each bandwidth the trials need that has no calibration yet, then shape the links to
     the first trial's (while no trial runs: a calibration saturates the links)."""
     needed = list(dict.fromkeys(t["bandwidth"] for t in todo if t["bandwidth"] is not None))
+    unshaped = emulation.calibrations.get("unshaped", {}).get("measured_bps")
     for rate in needed:
         if rate not in emulation.calibrations:
             found = emulation.shape(rate, recalibrate=True)
             progress.note(f"links at {rate}: calibrated {found['measured_bps'] / 1e6:.1f} Mbit/s "
                           f"({found['fraction']:.3f} of the rate)")
+        if unshaped is not None and unshaped < HEADROOM * rate_bps(rate):
+            progress.note(f"warning: unshaped, the links carried {unshaped / 1e9:.2f} Gbit/s, less than "
+                          f"{HEADROOM:g}x {rate}: at {rate} the machine, not the links, may set the pace")
     if needed and emulation.bandwidth != needed[0]:
         emulation.shape(needed[0])
 

@@ -311,7 +311,7 @@ def test_step_time_table_is_milliseconds_per_configuration_and_worker_count(dire
     assert bars[["compute", "exposed_comm"]].sum(axis=1).iloc[-1] == pytest.approx(bars["step_time"].iloc[-1])
 
 
-def test_a_bandwidth_sweep_gets_a_speedup_against_bandwidth_plot(tmp_path):
+def test_a_bandwidth_sweep_gets_a_speedup_against_bandwidth_plot(tmp_path, monkeypatch):
     records = []
     for rate, fp32_s, qsgd_s in (("100mbit", 4.0, 1.0), ("1gbit", 1.0, 0.8)):
         for compressor, step_s in (("fp32", fp32_s), ("qsgd", qsgd_s)):
@@ -326,3 +326,10 @@ def test_a_bandwidth_sweep_gets_a_speedup_against_bandwidth_plot(tmp_path):
     assert trials.loc["qsgd-100mbit", "speedup_vs_fp32"] == 4.0
     assert trials.loc["qsgd-1gbit", "speedup_vs_fp32"] == 1.25
     assert (tmp_path / "plots" / "speedup_vs_bandwidth.png").read_bytes().startswith(b"\x89PNG")
+    from orchestrator import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "_legend", lambda figure, axes: drawn.extend(
+        name for ax in axes for name in ax.get_legend_handles_labels()[1]))
+    plots.write_plots(trials.reset_index(), pd.read_csv(tmp_path / "history.csv"), tmp_path / "again")
+    assert "fp32" in drawn and "qsgd" in drawn  # one line per configuration, bandwidth not in its name
