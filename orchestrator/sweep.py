@@ -369,7 +369,7 @@ def _train_worker(config: dict[str, Any]) -> None:
                                   "worker_node_ips": " ".join(node_ips)}})
 
 
-def _recorder(results: Path, progress: Progress, emulation: Cluster | None) -> Any:
+def _recorder(results: Path, progress: Progress, emulation: Cluster | None = None) -> Any:
     """A Tune callback that keeps each trial's epochs and writes its record when it ends, with the
     calibration of its links on an emulated cluster."""
     from ray import tune
