@@ -158,7 +158,7 @@ def _cases(size: int, rank: int, world: int) -> list[dict]:
     shape = (max(world, size // 4 // 1024), 1024)
     x = torch.randn(shape, generator=gen)
     chunk_bytes = [codec.payload_nbytes((stop - start, shape[1]))
-                   for start, stop in collectives.row_chunks(shape, world, 0)]
+                   for start, stop in collectives.split(shape, world, 0)]
     sra_bytes = [sum(n for r, n in enumerate(chunk_bytes) if r != rank), (world - 1) * max(chunk_bytes)]
     ag_bytes = (world - 1) * codec.payload_nbytes(shape)
 

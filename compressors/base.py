@@ -70,6 +70,9 @@ class Compressor(ABC):
 
     def __init__(self, *, impl: str = "auto", **params: Any) -> None:
         self.config = resolve(self.name, self.params + (SEED,), params)
+        problem = self.relations(self.config)
+        if problem:
+            raise ValueError(f"{self.name}: {problem}")
         for key, value in self.config.items():
             setattr(self, key, value)
         if impl not in IMPLS:
@@ -79,6 +82,24 @@ class Compressor(ABC):
         if impl == "numba" and not numba_installed():
             raise ValueError(f"{self.name}: impl 'numba' needs the numba package (pip install numba)")
         self.impl = impl
+
+    @classmethod
+    def relations(cls, params: dict[str, Any]) -> str | None:
+        """What is wrong with parameters that are valid one by one but not together (None: nothing)."""
+        return None
+
+    @property
+    def scales_by_tensor(self) -> bool:
+        """Whether a piece of a tensor encoded on its own (sra's chunks) is to be scaled by the whole
+        tensor's absolute maximum, given to ``encode`` as ``absmax``."""
+        return False
+
+    @property
+    def split_axis(self) -> int:
+        """The axis of the 2-D view (``wire.matrix_shape``) along which sra splits a tensor among the
+        ranks: rows (0), unless a method's groups are columns (1), so that every chunk holds whole
+        groups and the statistics are those of the whole tensor's groups."""
+        return 0
 
     def uses_numba(self, device: torch.device | str) -> bool:
         """Whether tensors on ``device`` go through the Numba kernels."""
@@ -117,12 +138,18 @@ class Compressor(ABC):
 
     # -- encode / decode --------------------------------------------------
     def encode(self, x: torch.Tensor, *, step: int = 0, rank: int = 0, stream: int = 0,
-               out: torch.Tensor | None = None) -> torch.Tensor:
+               out: torch.Tensor | None = None, absmax: float | None = None) -> torch.Tensor:
         """Encode ``x`` (float tensor, any shape) into a 1-D uint8 payload on ``x.device``; into
-        ``out`` (a uint8 tensor of ``payload_nbytes(x.shape)`` bytes, reused across steps) if given."""
+        ``out`` (a uint8 tensor of ``payload_nbytes(x.shape)`` bytes, reused across steps) if given.
+        ``absmax``: the absolute maximum of the tensor ``x`` is a piece of, for a method that
+        ``scales_by_tensor`` (it scales by the larger of it and x's own; a NaN is ignored)."""
         if not torch.is_tensor(x) or not x.is_floating_point():
             raise TypeError(f"{self.name}: expected a floating-point tensor, got {type(x).__name__}"
                             f"{'' if not torch.is_tensor(x) else ' of ' + str(x.dtype)}")
+        if absmax is not None and not self.scales_by_tensor:
+            raise ValueError(f"{self.name}: encode(absmax=) is for a method that scales by the whole tensor "
+                             f"(dynamic8 or linear8 with scope 'tensor'), not {self!r}")
+        extra = {} if absmax is None else {"absmax": absmax}
         shape = tuple(x.shape)
         body_nbytes = self._body_nbytes(shape)
         header = wire.encode_header(self.name, x.dtype if x.dtype in wire.DTYPE_CODES else torch.float32,
@@ -135,9 +162,9 @@ class Compressor(ABC):
             array = payload.numpy()
             array[:len(header)] = np.frombuffer(header, dtype=np.uint8)
             self._encode_numba(flat.contiguous().numpy(), array[len(header):], shape,
-                               step=step, rank=rank, stream=stream)
+                               step=step, rank=rank, stream=stream, **extra)
             return payload
-        body = self._encode_body(flat, shape, step=step, rank=rank, stream=stream)
+        body = self._encode_body(flat, shape, step=step, rank=rank, stream=stream, **extra)
         parts = [torch.frombuffer(bytearray(header), dtype=torch.uint8).to(x.device)]
         parts += [_flat_bytes(part) for part in body]
         return torch.cat(parts, out=out) if out is not None else torch.cat(parts)

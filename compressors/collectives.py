@@ -140,18 +140,19 @@ def _stream(key: int, part: int, world: int) -> int:
     return (key & 0xFFFFFF) * (world + 1) + part
 
 
-def row_chunks(shape: tuple[int, ...], world: int, key: int) -> list[tuple[int, int]]:
-    """Row ranges ``[start, stop)`` of the 2-D view, one per rank, on column boundaries.
+def split(shape: tuple[int, ...], world: int, key: int, axis: int = 0) -> list[tuple[int, int]]:
+    """Ranges ``[start, stop)`` of the 2-D view's rows (``axis`` 0) or columns (1), one per rank.
 
-    Rows are split as evenly as possible (the first ``rows % world`` ranks
-    get one more); a tensor with a single row (0-D/1-D) goes whole to one
-    rank, chosen by its key to spread the load.
+    They are split as evenly as possible (the first ``n % world`` ranks get
+    one more); a tensor with a single row (0-D/1-D) goes whole to one rank,
+    chosen by its key to spread the load, as the row range ``(0, 1)`` (its
+    axis is 0 whatever ``axis`` says: see ``chunk_axis``).
     """
-    rows, _ = wire.matrix_shape(shape)
+    rows, cols = wire.matrix_shape(shape)
     if rows == 1:
         owner = key % world
         return [(0, 1) if r == owner else (0, 0) for r in range(world)]
-    base, extra = divmod(rows, world)
+    base, extra = divmod(cols if axis else rows, world)
     bounds, start = [], 0
     for r in range(world):
         stop = start + base + (1 if r < extra else 0)
@@ -160,8 +161,27 @@ def row_chunks(shape: tuple[int, ...], world: int, key: int) -> list[tuple[int, 
     return bounds
 
 
-def _chunk(matrix: torch.Tensor, bounds: tuple[int, int]) -> torch.Tensor:
-    return matrix[bounds[0]:bounds[1]]
+def chunk_axis(shape: tuple[int, ...], compressor: Compressor) -> int:
+    """The axis ``split`` cuts along for this compressor: its ``split_axis``, but rows for a single row."""
+    return compressor.split_axis if wire.matrix_shape(shape)[0] > 1 else 0
+
+
+def chunk_shape(shape: tuple[int, ...], bounds: tuple[int, int], axis: int) -> tuple[int, ...]:
+    """The shape one rank's chunk of a ``shape`` tensor is encoded in: a slice of the 2-D view, or
+    1-D for a 0-D/1-D tensor (see ``_chunk``)."""
+    rows, cols = wire.matrix_shape(shape)
+    n = bounds[1] - bounds[0]
+    if len(shape) < 2:
+        return (n * cols,)
+    return (n, cols) if axis == 0 else (rows, n)
+
+
+def _chunk(matrix: torch.Tensor, bounds: tuple[int, int], axis: int, flat: bool) -> torch.Tensor:
+    # A column range is not contiguous; the compressors take contiguous input.
+    piece = matrix[bounds[0]:bounds[1]] if axis == 0 else matrix[:, bounds[0]:bounds[1]].contiguous()
+    # A 0-D/1-D tensor's single row is encoded 1-D, as a whole tensor would be: as a (1, n) matrix its
+    # columns would be n groups of one entry for the column-grouping methods.
+    return piece.reshape(-1) if flat else piece
 
 
 def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Compressor,
@@ -180,26 +200,30 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     rank, world = world_of(groups[0])
     device = tensors[0].device
     phases = _Phases(stats, device)
-    layout = []  # per tensor: (matrix shape, chunk bounds per rank)
+    layout = []  # per tensor: (shape, chunk bounds per rank, axis of the chunks)
     per_dest: list[list[torch.Tensor]] = [[] for _ in range(world)]
     for key, t in zip(keys, tensors):
         shape2 = wire.matrix_shape(tuple(t.shape))
-        bounds = row_chunks(tuple(t.shape), world, key)
-        layout.append((shape2, bounds))
+        axis = chunk_axis(tuple(t.shape), compressor)
+        bounds = split(tuple(t.shape), world, key, axis)
+        layout.append((tuple(t.shape), bounds, axis))
+        flat = t.dim() < 2
         # The residual lives in the 2-D view's shape, step after step.
         v = _compensate(ef, key, t.reshape(shape2))
+        scale = {"absmax": float(v.abs().amax())} if compressor.scales_by_tensor and v.numel() else {}
         decoded = []
         for r in range(world):
-            payload = compressor.encode(_chunk(v, bounds[r]), step=step, rank=rank, stream=_stream(key, r, world))
+            payload = compressor.encode(_chunk(v, bounds[r], axis, flat), step=step, rank=rank,
+                                        stream=_stream(key, r, world), **scale)
             per_dest[r].append(payload)
             if ef is not None:
                 decoded.append(compressor.decode(payload))
         if ef is not None:
-            ef.update(key, v, torch.cat(decoded).reshape(shape2))
+            ef.update(key, v, torch.cat(decoded, dim=axis).reshape(shape2))
     send_sizes = [sum(p.numel() for p in ps) for ps in per_dest]
     send = torch.cat([p for ps in per_dest for p in ps])
     # What every rank sends to me has the size of my chunks' payloads.
-    my_sizes = [compressor.payload_nbytes((b[rank][1] - b[rank][0], s2[1])) for s2, b in layout]
+    my_sizes = [compressor.payload_nbytes(chunk_shape(s, b[rank], a)) for s, b, a in layout]
     recv = torch.empty(world * sum(my_sizes), dtype=torch.uint8, device=device)
     phases.charge("encode")
     work = None
@@ -213,17 +237,28 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     phases.collective((yield work))
 
     # Server side: average my chunk of every tensor, re-encode it.
-    server_payloads = []
-    for i, (key, (shape2, bounds)) in enumerate(zip(keys, layout)):
-        rows = bounds[rank][1] - bounds[rank][0]
-        total = torch.zeros((rows, shape2[1]), dtype=torch.float32, device=device)
+    means = []
+    for i, (shape, bounds, axis) in enumerate(layout):
+        total = torch.zeros(chunk_shape(shape, bounds[rank], axis), dtype=torch.float32, device=device)
         for r in range(world):
             start = r * sum(my_sizes) + sum(my_sizes[:i])
             compressor.decode(recv[start:start + my_sizes[i]], out=total, add=True)
         total /= world
-        phases.charge("decode")
-        w = _compensate(server_ef, key, total)
-        payload = compressor.encode(w, step=step, rank=rank, stream=_stream(key, world, world))
+        means.append(_compensate(server_ef, keys[i], total))
+    phases.charge("decode")
+    scales: list[dict[str, float]] = [{} for _ in means]
+    if compressor.scales_by_tensor:
+        # Each server holds a chunk of the mean; one small all_reduce gives them the tensor's maximum
+        # (NaN counts as 0 so that MAX is order-free; a chunk's own NaN still shows in its encoding).
+        maxima = torch.stack([torch.nan_to_num(w.abs().amax(), nan=0.0) if w.numel() else w.new_zeros(())
+                              for w in means])
+        work = None if world == 1 else dist.all_reduce(maxima, op=dist.ReduceOp.MAX, group=groups[0], async_op=True)
+        phases.collective((yield work))
+        scales = [{"absmax": float(m)} for m in maxima.tolist()]
+        stats.bytes_sent += accounting.ring_allreduce_bytes(maxima.numel() * 4, world)
+    server_payloads = []
+    for key, w, scale in zip(keys, means, scales):
+        payload = compressor.encode(w, step=step, rank=rank, stream=_stream(key, world, world), **scale)
         if server_ef is not None:
             server_ef.update(key, w, compressor.decode(payload))
         server_payloads.append(payload)
@@ -231,7 +266,7 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     mine = torch.cat(server_payloads)
 
     # Chunks differ in size by a row at most; all_gather needs equal sizes, so pad.
-    sizes_of = [[compressor.payload_nbytes((b[r][1] - b[r][0], s2[1])) for s2, b in layout] for r in range(world)]
+    sizes_of = [[compressor.payload_nbytes(chunk_shape(s, b[r], a)) for s, b, a in layout] for r in range(world)]
     width = max(sum(s) for s in sizes_of)
     padded = torch.zeros(width, dtype=torch.uint8, device=device)
     padded[:mine.numel()] = mine
@@ -239,12 +274,16 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     phases.charge("encode")
     phases.collective((yield _gather_into(gathered, padded, world, groups[1])))
 
-    for i, (t, (shape2, bounds)) in enumerate(zip(tensors, layout)):
-        whole = torch.empty(shape2, dtype=torch.float32, device=device)
-        for r in range(world):  # each rank's rows decode in place
+    for i, (t, (shape, bounds, axis)) in enumerate(zip(tensors, layout)):
+        whole = torch.empty(wire.matrix_shape(shape), dtype=torch.float32, device=device)
+        for r in range(world):
             start = r * width + sum(sizes_of[r][:i])
-            compressor.decode(gathered[start:start + sizes_of[r][i]], out=whole[bounds[r][0]:bounds[r][1]])
+            payload = gathered[start:start + sizes_of[r][i]]
+            if axis == 0:  # each rank's rows decode in place
+                compressor.decode(payload, out=whole[bounds[r][0]:bounds[r][1]])
+            else:
+                whole[:, bounds[r][0]:bounds[r][1]] = compressor.decode(payload)
         t.copy_(whole.reshape(t.shape))
     phases.charge("decode")
-    stats.bytes_sent = accounting.alltoall_bytes(send_sizes, rank) + accounting.allgather_bytes(width, world)
+    stats.bytes_sent += accounting.alltoall_bytes(send_sizes, rank) + accounting.allgather_bytes(width, world)
     return stats

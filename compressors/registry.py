@@ -138,7 +138,10 @@ def params_of(name: str) -> tuple[Param, ...]:
 def check_params(name: str, **params: Any) -> dict[str, Any]:
     """The full parameter dict of ``name`` (defaults filled, seed included), or ValueError."""
     resolved = resolve(name, params_of(name), params)
-    problem = _HOOK_RELATIONS[name](resolved) if name in _HOOK_RELATIONS else None
+    if name in _HOOK_RELATIONS:
+        problem = _HOOK_RELATIONS[name](resolved)
+    else:
+        problem = COMPRESSORS[name].relations(resolved) if name in COMPRESSORS else None
     if problem:
         raise ValueError(f"{name}: {problem}")
     return resolved

@@ -18,13 +18,30 @@ from .base import Compressor, numel
 from .params import Param
 
 BLOCK = Param("block", 0, int, low=0, high=2**31 - 1, doc="entries that share one absolute maximum (0: the whole tensor)")
+# sra encodes each rank's chunk of a tensor on its own, so block 0's maximum is the chunk's (finer steps
+# than the paper's per-tensor maximum, never coarser). ``tensor`` takes the paper's: a worker has its whole
+# tensor; the servers agree on the mean's maximum with one small all_reduce per step.
+SCOPES = ("chunk", "tensor")
+SCOPE = Param("scope", "chunk", str, choices=SCOPES,
+              doc="with block 0 under sra, what the maximum is taken over: each rank's chunk, or the whole "
+                  "tensor as in the paper (one more small all_reduce per step)")
 
 
 class _AbsmaxScaled(Compressor):
-    params = (BLOCK,)
+    params = (BLOCK, SCOPE)
     # A code the encoder never emits: decode rejects a payload holding it (None: every code is valid).
     invalid_code: ClassVar[int | None] = None
     has_numba = True
+
+    @classmethod
+    def relations(cls, params):
+        if params["scope"] == "tensor" and params["block"]:
+            return f"scope 'tensor' is block 0's (one maximum per tensor); with block {params['block']} use scope 'chunk'"
+        return None
+
+    @property
+    def scales_by_tensor(self) -> bool:
+        return self.scope == "tensor"
 
     def _nblocks(self, n: int) -> int:
         return -(-n // (self.block or max(n, 1)))
@@ -55,13 +72,17 @@ class _AbsmaxScaled(Compressor):
         n = numel(shape)
         return 4 * self._nblocks(n) + n
 
-    def _encode_body(self, flat, shape, *, step, rank, stream):
+    def _encode_body(self, flat, shape, *, step, rank, stream, absmax=None):
+        floor = absmax
         n = flat.numel()
         pieces = self._pieces(n)
         maxima = [flat[a:b].view(-1, row).abs().amax(dim=1) for a, b, row in pieces]
         absmax = torch.cat(maxima) if maxima else flat.new_zeros(0)
         if not self.block and n:
             absmax = absmax.amax().view(1)
+            if floor is not None:  # the kernels' compare: a NaN floor changes nothing
+                f = torch.tensor(floor, dtype=torch.float32, device=flat.device)
+                absmax = torch.where(f > absmax, f, absmax)
         codes = torch.empty(n, dtype=torch.uint8, device=flat.device)
         for a, b, row in pieces:
             rows = flat[a:b].view(-1, row)
@@ -82,11 +103,12 @@ class _AbsmaxScaled(Compressor):
             out[a:b] = (values * self._scales(absmax, a, row, values.shape[0])).view(-1)
         return out
 
-    def _encode_numba(self, flat, body, shape, *, step, rank, stream):
+    def _encode_numba(self, flat, body, shape, *, step, rank, stream, absmax=None):
         from .kernels.common import f32_section
 
         nb = self._nblocks(flat.size)
-        self._numba_encode(flat, f32_section(body, 0, nb, writable=True), body[4 * nb:])
+        floor = np.float32(0.0 if absmax is None else absmax)
+        self._numba_encode(flat, f32_section(body, 0, nb, writable=True), body[4 * nb:], floor)
 
     def _decode_numba(self, body, shape, out, add):
         from .kernels import scaled8 as kernels
@@ -120,7 +142,7 @@ class Dynamic8(_AbsmaxScaled):
     """Dettmers' 8-bit dynamic tree type (see ``dynamic_tree``)."""
     name = "dynamic8"
     wire_id = 4
-    examples = ({}, {"block": 1}, {"block": 7}, {"block": 64})
+    examples = ({}, {"block": 1}, {"block": 7}, {"block": 64}, {"scope": "tensor"})
 
     def _quantize(self, blocks, m):
         table = dynamic_tree.tables(blocks.device)
@@ -132,10 +154,10 @@ class Dynamic8(_AbsmaxScaled):
     def _dequantize(self, codes):
         return dynamic_tree.tables(codes.device).value_of_code[codes.long()]
 
-    def _numba_encode(self, flat, maxima, codes):
+    def _numba_encode(self, flat, maxima, codes, floor):
         from .kernels import scaled8 as kernels
 
-        kernels.dynamic8_encode(flat, self.block, maxima, codes, *_bin_codes())
+        kernels.dynamic8_encode(flat, self.block, maxima, codes, floor, *_bin_codes())
 
 
 class Linear8(_AbsmaxScaled):
@@ -143,7 +165,7 @@ class Linear8(_AbsmaxScaled):
     name = "linear8"
     invalid_code = 255  # codes are 0..254
     wire_id = 5
-    examples = ({}, {"block": 4}, {"block": 5}, {"block": 256})
+    examples = ({}, {"block": 4}, {"block": 5}, {"block": 256}, {"scope": "tensor"})
 
     def _quantize(self, blocks, m):
         q = torch.nan_to_num_(torch.round(torch.where(m > 0, blocks / m * 127.0, 0.0)), nan=0.0).clamp_(-127, 127)
@@ -152,8 +174,8 @@ class Linear8(_AbsmaxScaled):
     def _dequantize(self, codes):
         return (codes.to(torch.float32) - 127.0) * (1.0 / 127.0)
 
-    def _numba_encode(self, flat, maxima, codes):
+    def _numba_encode(self, flat, maxima, codes, floor):
         from .kernels import scaled8 as kernels
 
-        kernels.linear8_encode(flat, self.block, maxima, codes)
+        kernels.linear8_encode(flat, self.block, maxima, codes, floor)
 

@@ -168,12 +168,16 @@ class Adaptive(Compressor):
     name = "adaptive"
     wire_id = 8
     params = (PI, GROUPING, THRESHOLD)
-    examples = PI_EXAMPLES + ({"grouping": "column"}, {"pi": 0.1, "grouping": "column"}, {"threshold": "sampled"},
+    examples = PI_EXAMPLES + ({"grouping": "row"}, {"pi": 0.1, "grouping": "row"}, {"threshold": "sampled"},
                               {"pi": 0.1, "threshold": "sampled"}, {"pi": 0.37, "threshold": "sampled"},
-                              {"pi": 0.05, "grouping": "column", "threshold": "sampled"})
+                              {"pi": 0.05, "grouping": "row", "threshold": "sampled"})
     needs_error_feedback = True
     sparse = True
     has_numba = True
+
+    @property
+    def split_axis(self) -> int:
+        return 1 if self.grouping == "column" else 0
 
     def _entry_bytes(self, shape) -> int:
         return 2 if group_shape(shape, self.grouping)[1] <= SHORT_COLUMN else 4

@@ -7,7 +7,7 @@ back to the parent, where the tests assert.  The expected values (means,
 error bounds, bytes on the wire) are computed here, independently of the
 code under test: bytes from the documented formulas of
 ``compressors/accounting.py`` with only ``payload_nbytes`` and
-``collectives.row_chunks`` taken from the code.
+``collectives.split`` taken from the code.
 """
 from __future__ import annotations
 
@@ -40,15 +40,16 @@ SHAPES = [(37, 53), (2, 600), (1025,), (16, 8, 3, 3), (37,), (1,)]
 MIN_NUMELS = (1024, 0)
 
 CAST_CASES = [(name, {}, algo) for name in ("fp32", "fp16", "bf16") for algo in ("allreduce", "allgather", "sra")]
-COMPRESSED = [("dynamic8", {}), ("linear8", {}), ("qsgd", {"bits": 8}), ("qsgd", {}), ("onebit", {}),
-              ("adaptive", {"pi": 0.05}), ("topk", {"pi": 0.05})]
+COMPRESSED = [("dynamic8", {}), ("dynamic8", {"scope": "tensor"}), ("linear8", {}), ("linear8", {"scope": "tensor"}), ("qsgd", {"bits": 8}), ("qsgd", {}), ("onebit", {}),
+              ("onebit", {"grouping": "row"}), ("adaptive", {"pi": 0.05}), ("adaptive", {"pi": 0.05, "grouping": "row"}),
+              ("topk", {"pi": 0.05})]
 COMPRESSED_CASES = [(name, p, algo) for name, p in COMPRESSED for algo in ("allgather", "sra")]
 CASES = [(name, p, algo, m) for name, p, algo in CAST_CASES + COMPRESSED_CASES for m in MIN_NUMELS]
 
 NAN_NAMES = [("fp32", {}), ("qsgd", {"bits": 8}), ("onebit", {}), ("adaptive", {"pi": 0.05}), ("dynamic8", {})]
 NAN_AT = (0, (3, 5))  # tensor index, element
 
-EF_NAMES = [("onebit", {}), ("adaptive", {"pi": 0.05}), ("topk", {"pi": 0.05})]
+EF_NAMES = [("onebit", {}), ("onebit", {"grouping": "row"}), ("adaptive", {"pi": 0.05}), ("topk", {"pi": 0.05})]
 EF_SHAPES = [(32, 64), (48, 40)]
 EF_STEPS = 50
 
@@ -83,9 +84,13 @@ def ring(nbytes: int, world: int) -> float:
     return 2.0 * (world - 1) / world * nbytes if world > 1 else 0.0
 
 
-def cols_of(shape: tuple[int, ...]) -> int:
+def piece_shape(shape: tuple[int, ...], start: int, stop: int, axis: int) -> tuple[int, ...]:
+    """What a rank's chunk is encoded as: rows (axis 0) or columns (1) of the (out, in) view; a
+    0-D/1-D tensor's single row stays 1-D."""
     n = math.prod(shape)
-    return n if len(shape) < 2 else n // shape[0]
+    if len(shape) < 2:
+        return ((stop - start) * n,)
+    return (stop - start, n // shape[0]) if axis == 0 else (shape[0], stop - start)
 
 
 def expected_bytes(name: str, p: dict, algo: str, shapes, world: int, rank: int, min_numel: int) -> float:
@@ -104,9 +109,12 @@ def expected_bytes(name: str, p: dict, algo: str, shapes, world: int, rank: int,
     # sra: all_to_all of my chunks to the other ranks, then all_gather of the padded re-encoded chunk.
     to_rank = [0] * world
     for key, s in large:
-        for r, (start, stop) in enumerate(collectives.row_chunks(s, world, key)):
-            to_rank[r] += codec.payload_nbytes((stop - start, cols_of(s)))
-    return total + sum(n for r, n in enumerate(to_rank) if r != rank) + (world - 1) * max(to_rank)
+        axis = codec.split_axis if len(s) >= 2 and s[0] > 1 else 0
+        for r, (start, stop) in enumerate(collectives.split(s, world, key, axis)):
+            to_rank[r] += codec.payload_nbytes(piece_shape(s, start, stop, axis))
+    # scope tensor: the servers' all_reduce of one float32 maximum per tensor
+    maxima = ring(4 * len(large), world) if p.get("scope") == "tensor" else 0.0
+    return total + sum(n for r, n in enumerate(to_rank) if r != rank) + (world - 1) * max(to_rank) + maxima
 
 
 def guard(fn, *args):
@@ -367,6 +375,37 @@ def test_uneven_shapes_keep_their_shape_and_stay_finite(world, case):
 
 @slow
 @worlds
+@pytest.mark.parametrize("scope", ["tensor", "chunk"])
+def test_sra_scope_tensor_scales_every_chunk_by_one_maximum(world, scope):
+    """dynamic8 block 0 over sra: with scope tensor every value of the output is a code's value times
+    one maximum (the output's largest magnitude); with scope chunk each rank's rows have their own."""
+    p = {"scope": "tensor"} if scope == "tensor" else {}
+    out = per_rank(world, "cases", label("dynamic8", p, "sra", 0))[0]["out"][0]  # (37, 53)
+    m = out.abs().max()
+    grid = torch.from_numpy(C.get("dynamic8")._code_values) * m
+    on_grid = bool(torch.isin(out, grid).all())
+    assert on_grid == (scope == "tensor")
+
+
+@slow
+@worlds
+@pytest.mark.parametrize("grouping", ["column", "row"])
+def test_sra_keeps_each_onebit_group_on_one_rank(world, grouping):
+    """sra splits the 2-D view along the groups' axis, so the server re-encodes every group whole:
+    each column (or row) of the output holds at most the two means of one group. Were the (37, 53)
+    matrix split across the other axis, a group would be cut into one piece per rank, each piece
+    with its own two means."""
+    out = per_rank(world, "cases", label("onebit", {} if grouping == "column" else {"grouping": grouping}, "sra", 0))
+    m = out[0]["out"][0]
+    assert tuple(m.shape) == (37, 53)
+    groups = m.t() if grouping == "column" else m
+    assert max(len(torch.unique(g)) for g in groups) <= 2
+    # and not trivially: the groups' means differ from one another
+    assert len(torch.unique(m)) > 2 * world
+
+
+@slow
+@worlds
 def test_fp16_reducer_hook_equals_torch_fp16_compress_hook(world):
     grads = per_rank(world, "fp16", "fp16")
     for r, g in enumerate(grads):
@@ -445,9 +484,10 @@ def test_error_feedback_over_steps_on_1d_and_4d_tensors(world, name, p, algo):
     out = results[0]["out"]
     for key, shape in enumerate(EF_SHAPE_CASE):
         left = sum(res["state"]["ef"]["residuals"][key].double().reshape(shape) for res in results) / world
-        if algo == "sra":  # each rank's server residual covers its rows of the 2-D view, in rank order
+        if algo == "sra":  # each rank's server residual covers its rows (or columns) of the 2-D view, in rank order
             chunks = [res["state"]["server_ef"]["residuals"][key].double() for res in results]
-            left = left + torch.cat(chunks).reshape(shape)
+            axis = collectives.chunk_axis(shape, C.get(name, **p))
+            left = left + torch.cat(chunks, dim=axis).reshape(shape)
         assert float(left.abs().max()) > 0  # something was held back
         scale = float(sum_true[key].abs().max())
         torch.testing.assert_close(out[key] + left, sum_true[key], rtol=0, atol=1e-5 * scale,

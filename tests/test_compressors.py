@@ -97,10 +97,10 @@ def expected_nbytes(name: str, shape: tuple[int, ...], **p) -> int:
         bits, bucket = p.get("bits", 4), p.get("bucket", 512)
         body = 4 * ceil_div(n, bucket) + ceil_div(n * bits, 8)
     elif name == "onebit":
-        groups, _ = groups_of(shape, p.get("grouping", "row"))
+        groups, _ = groups_of(shape, p.get("grouping", "column"))
         body = 8 * groups + ceil_div(n, 8)
     elif name == "adaptive":
-        groups, length = groups_of(shape, p.get("grouping", "row"))
+        groups, length = groups_of(shape, p.get("grouping", "column"))
         k = k_sent(p.get("pi", 0.01), n)
         capacity = k if p.get("threshold", "exact") == "exact" else min(n, 4 * k)
         body = 4 + 12 * groups + capacity * (2 if length <= 32767 else 4)
@@ -907,11 +907,41 @@ def test_out_of_range_parameters_name_the_valid_range(name, p, rng_text):
         C.check_params(name, **p)
 
 
+def test_scope_tensor_is_block_0s():
+    """A relation of two parameters valid one by one: refused at load and at construction."""
+    for name in ("dynamic8", "linear8"):
+        with pytest.raises(ValueError, match=rf"{name}: scope 'tensor' is block 0's .* with block 64 use scope 'chunk'"):
+            C.check_params(name, block=64, scope="tensor")
+        with pytest.raises(ValueError, match="scope 'tensor'"):
+            C.get(name, block=64, scope="tensor")
+    with pytest.raises(ValueError, match=r"encode\(absmax=\) is for a method that scales by the whole tensor"):
+        C.get("dynamic8").encode(torch.ones(4), absmax=2.0)
+
+
+@pytest.mark.parametrize("name", ["dynamic8", "linear8"])
+@pytest.mark.parametrize("impl", ["reference", "numba"])
+def test_absmax_raises_the_scale_never_lowers_it(name, impl):
+    """encode(absmax=M) scales by max(M, the piece's own maximum); a NaN M changes nothing; both
+    implementations give the same bytes."""
+    x = torch.tensor([0.5, -0.25, 0.125, 0.0])
+    c = C.get(name, scope="tensor", impl=impl)
+    ref = C.get(name, scope="tensor", impl="reference")
+    def body(p):  # the maximum (float32) and the 4 codes
+        return p[-8:]
+    raised = c.encode(x, absmax=2.0)
+    assert torch.equal(raised, ref.encode(x, absmax=2.0))
+    assert raised[-8:-4].view(torch.float32).item() == 2.0
+    assert (c.decode(raised) - x).abs().max().item() <= 2.0 / 127  # within a step of the coarser scale
+    for kept in (0.25, float("nan")):
+        assert torch.equal(body(c.encode(x, absmax=kept)), body(c.encode(x)))
+    assert not torch.equal(body(raised), body(c.encode(x)))
+
+
 def test_check_params_fills_defaults():
     assert C.check_params("qsgd") == {"bits": 4, "bucket": 512, "norm": "max", "seed": 0}
     assert C.check_params("qsgd", bits=2, norm="l2") == {"bits": 2, "bucket": 512, "norm": "l2", "seed": 0}
     assert C.check_params("topk", pi=1) == {"pi": 1.0, "seed": 0}
-    assert C.check_params("dynamic8") == {"block": 0, "seed": 0}
+    assert C.check_params("dynamic8") == {"block": 0, "scope": "chunk", "seed": 0}
     assert C.check_params("fp32") == {"seed": 0}
     powersgd = {"matrix_rank": 1, "start_iter": 2, "min_compression_rate": 2.0, "use_error_feedback": True,
                 "warm_start": True, "orthogonalization_epsilon": 0.0, "seed": 0}

@@ -69,7 +69,7 @@ def test_grid_crosses_compressor_entries_with_the_other_axes(tmp_path):
         (p, a) for p in (0.01, 0.1) for a in ("sra", "allgather")}
     # each compressor carries exactly its own parameters, defaults filled, in their own namespace
     assert all(t["compressor_params"] == {} for t in groups["fp32"])
-    assert all(t["compressor_params"] == {"grouping": "row"} for t in groups["onebit"])
+    assert all(t["compressor_params"] == {"grouping": "column"} for t in groups["onebit"])
     assert {t["compressor_params"]["norm"] for t in groups["qsgd"]} == {"max"}
     assert {t["algorithm"] for t in groups["fp32"] + groups["fp16"]} == {"allreduce"}
     assert {t["algorithm"] for t in groups["dynamic8"] + groups["onebit"] + groups["qsgd"]} == {"sra"}

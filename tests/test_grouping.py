@@ -38,10 +38,9 @@ def header_nbytes(x: torch.Tensor) -> int:
 # ---------------------------------------------------------------- grouping
 
 
-def test_row_is_the_default():
-    # until sra splits by columns for column grouping (compressors/onebit.py says why)
-    assert C.check_params("onebit")["grouping"] == "row"
-    assert C.check_params("adaptive")["grouping"] == "row"
+def test_the_papers_columns_are_the_default():
+    assert C.check_params("onebit")["grouping"] == "column"
+    assert C.check_params("adaptive")["grouping"] == "column"
     assert C.check_params("adaptive")["threshold"] == "exact"
     for name in ("onebit", "adaptive"):
         with pytest.raises(ValueError, match=r"grouping=.*valid: one of \['column', 'row'\]"):

@@ -49,7 +49,7 @@ def _bin_table(bin_bound, lo_code, hi_code):
 _BIN_TABLES: dict = {}  # id of bin_bound -> (the three tables, their bin table)
 
 
-def dynamic8_encode(x, block, maxima, codes, bin_bound, lo_code, hi_code):
+def dynamic8_encode(x, block, maxima, codes, floor, bin_bound, lo_code, hi_code):
     """codes[i] = sign << 7 | the table's code of a = clamp(|x| / max, 0, 1) (0 where max is not > 0
     or a is NaN): the bin of a's bits >> 15 holds at most one bound, so one compare picks the
     bin's code below it or above it (one load per entry from _bin_table, made once per tables)."""
@@ -57,7 +57,7 @@ def dynamic8_encode(x, block, maxima, codes, bin_bound, lo_code, hi_code):
     if hit is None or hit[0][0] is not bin_bound or hit[0][1] is not lo_code or hit[0][2] is not hi_code:
         hit = ((bin_bound, lo_code, hi_code), _bin_table(bin_bound, lo_code, hi_code))
         _BIN_TABLES[id(bin_bound)] = hit
-    _dynamic8_encode(x, block, maxima, codes, hit[1])
+    _dynamic8_encode(x, block, maxima, codes, floor, hit[1])
 
 
 def _vsplat(builder, value, lanes):
@@ -135,12 +135,14 @@ def _dynamic8_one(v, m, table):
 
 
 @njit(**JIT)
-def _dynamic8_encode(x, block, maxima, codes, table):
+def _dynamic8_encode(x, block, maxima, codes, floor, table):
     n = x.size
     row = _block_of(n, block)
     for b in range(maxima.size):
         lo, hi = b * row, min(b * row + row, n)
         m = absmax(x, lo, hi)
+        if floor > m:  # the whole tensor's maximum (sra, scope tensor); false for a NaN floor or max
+            m = floor
         maxima[b] = m
         groups = (hi - lo) // 8
         for g in range(groups):
@@ -150,13 +152,16 @@ def _dynamic8_encode(x, block, maxima, codes, table):
 
 
 @njit(**JIT)
-def linear8_encode(x, block, maxima, codes):
-    """codes[i] = clamp(rint(x / max * 127), -127, 127) + 127 (0 + 127 where max is not > 0 or NaN)."""
+def linear8_encode(x, block, maxima, codes, floor):
+    """codes[i] = clamp(rint(x / max * 127), -127, 127) + 127 (0 + 127 where max is not > 0 or NaN);
+    max is raised to ``floor`` where that is larger (0: no floor)."""
     n = x.size
     row = _block_of(n, block)
     for b in range(maxima.size):
         lo, hi = b * row, min(b * row + row, n)
         m = absmax(x, lo, hi)
+        if floor > m:
+            m = floor
         maxima[b] = m
         xs, cs = x[lo:hi], codes[lo:hi]  # indexed from range(): no negative-index fix-up
         for i in range(hi - lo):
