@@ -7,6 +7,12 @@
                                    as under `ray job submit`); RESULTS: the sweep's results
                                    folder, default results/<sweep name>
     export RESULTS                 rebuild tables and plots from the per-trial records
+    predict RESULTS --bandwidth RATE --num_workers N [--latency 5us]
+                                   each configuration's step time and speedups on another
+                                   cluster, from the folder's one-worker trials (performance
+                                   model: orchestrator.perfmodel); writes RESULTS/predictions.csv
+    advise RESULTS --bandwidth RATE --num_workers N [--latency 5us]
+                                   the configuration that pays most there, and why, or none
     cluster up --hosts N --bandwidth RATE [--prefix P] [--subnet S] [--no_ray]
                                    an emulated cluster on this machine (root): N network
                                    namespaces with links shaped to RATE (100mbit, 1gbit),
@@ -66,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
                      help="trials at the same time (default: the sweep's max_concurrent_trials)")
     export = commands.add_parser("export", help="rebuild tables and plots of a results folder")
     export.add_argument("results", type=Path)
+    for command, text in (("predict", "predict each configuration's step time on another cluster"),
+                          ("advise", "name the configuration that pays most on another cluster")):
+        sub = commands.add_parser(command, help=text)
+        sub.add_argument("results", type=Path)
+        sub.add_argument("--bandwidth", required=True, help="each worker's link, e.g. 25gbit, 100mbit")
+        sub.add_argument("--num_workers", type=int, required=True)
+        sub.add_argument("--latency", default="5us", help="per message, e.g. 5us, 0.2ms (default 5us)")
     cluster = commands.add_parser("cluster", help="an emulated cluster on this machine (root)")
     actions = cluster.add_subparsers(dest="action", required=True)
     from .emulation import DEFAULT_PREFIX, DEFAULT_SUBNET
@@ -142,10 +155,56 @@ def _cluster(args: argparse.Namespace) -> int:
         return 1
 
 
+def _predict(args: argparse.Namespace) -> int:
+    from compressors.params import RATE, Param
+
+    from . import predict
+
+    rate = Param("bandwidth", None, RATE)
+    problem = rate.problem(args.bandwidth)
+    if problem:
+        print(f"error: --bandwidth {problem}, got {args.bandwidth!r}", file=sys.stderr)
+        return 2
+    if args.num_workers < 1:
+        print("error: --num_workers must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        latency = predict.latency_s(args.latency)
+    except ValueError as error:
+        print(f"error: --{error}", file=sys.stderr)
+        return 2
+    if not (args.results / "trials.csv").is_file():
+        print(f"error: {args.results} has no trials.csv (a results folder of `lowprec run`)", file=sys.stderr)
+        return 2
+    from compressors.params import rate_bps
+
+    try:
+        table, notes = predict.predict(args.results, rate_bps(args.bandwidth), args.num_workers, latency)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"{args.num_workers} workers, {args.bandwidth} links, {args.latency} latency; "
+          f"model: {table['mode'].iloc[0] if len(table) else '-'} (orchestrator.perfmodel)")
+    shown = table[["configuration", "predicted_step_time_s", "comm_s", "speedup_vs_fp32", "speedup_vs_16bit",
+                   "tta_speedup_vs_fp32", "break_even_bps"]]
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    for note in notes:
+        print(f"not predicted: {note}")
+    if args.command == "advise":
+        print(predict.advice(table))
+    else:
+        path = args.results / "predictions.csv"
+        table.to_csv(path, index=False)
+        print(f"saved {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "cluster":
         return _cluster(args)
+    if args.command in ("predict", "advise"):
+        return _predict(args)
     if args.command == "export":
         from .export import export
 

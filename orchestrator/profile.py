@@ -1,0 +1,73 @@
+"""A one-worker profile of a model's step: forward, backward and optimizer time, and when each
+parameter's gradient becomes ready during backward (the input of ``perfmodel``'s bucket timeline).
+
+Random inputs of the workload's shape and batch size; no data, no DDP, no compression. Times are
+medians over ``repeats`` steps after one warm-up step, on this machine's CPU.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import workloads
+
+
+@dataclass(frozen=True)
+class Profile:
+    fwd_s: float
+    bwd_s: float
+    opt_s: float
+    # Per parameter, in model.parameters() order: (numel, seconds into backward its gradient is ready).
+    params: tuple[tuple[tuple[int, ...], float], ...]
+
+
+def build(settings: dict[str, Any]) -> tuple[torch.nn.Module, tuple[int, ...], int]:
+    """The trial's model, freshly initialised, with its input shape and class count."""
+    options = {p.name: settings[p.name] for p in workloads.dataset_options(settings["dataset"])}
+    data = workloads.build_dataset(settings["dataset"], data_dir=settings["data_dir"], seed=settings["seed"], **options)
+    torch.manual_seed(settings["seed"])
+    model_options = {p.name: settings[p.name] for p in workloads.model_options(settings["model"])}
+    model = workloads.build_model(settings["model"], data.input_shape, data.num_classes, **model_options)
+    return model, tuple(data.input_shape), data.num_classes
+
+
+def profile(settings: dict[str, Any], repeats: int = 5) -> Profile:
+    model, input_shape, classes = build(settings)
+    params = list(model.parameters())
+    optimizer = torch.optim.SGD(params, lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn((settings["batch_size"], *input_shape), generator=g)
+    y = torch.randint(0, classes, (settings["batch_size"],), generator=g)
+    ready: dict[int, float] = {}
+    start = [0.0]
+
+    def hook(i: int):
+        def mark(_: torch.Tensor) -> None:
+            ready[i] = time.perf_counter() - start[0]
+        return mark
+
+    for i, p in enumerate(params):
+        p.register_post_accumulate_grad_hook(hook(i))
+    fwd, bwd, opt, marks = [], [], [], []
+    for step in range(repeats + 1):
+        optimizer.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(model(x), y)
+        t1 = time.perf_counter()
+        start[0] = t1
+        loss.backward()
+        t2 = time.perf_counter()
+        optimizer.step()
+        t3 = time.perf_counter()
+        if step:  # the first step warms caches and allocators
+            fwd.append(t1 - t0)
+            bwd.append(t2 - t1)
+            opt.append(t3 - t2)
+            marks.append([ready[i] for i in range(len(params))])
+    per_param = tuple((tuple(p.shape), statistics.median(m[i] for m in marks)) for i, p in enumerate(params))
+    return Profile(statistics.median(fwd), statistics.median(bwd), statistics.median(opt), per_param)

@@ -1,0 +1,124 @@
+"""The performance model (orchestrator.perfmodel) on hand-computed cases, and `lowprec predict`
+on a results folder written here (records and trials.csv as `lowprec run` writes them)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from orchestrator import cli, perfmodel, predict
+from orchestrator.profile import Profile
+
+LINK = perfmodel.Link(bandwidth=1e6, latency=1e-3)  # 1 MB/s, 1 ms per message
+
+
+def test_collective_costs_follow_the_formulas():
+    # ring: 2(p-1) alpha + 2(p-1)/p M/B + (p-1)/p M/R
+    assert perfmodel.ring_allreduce_s(4e6, 4, LINK, reduce_bps=1e9) == pytest.approx(6e-3 + 6.0 + 3e-3)
+    assert perfmodel.allgather_s(1e5, 4, LINK) == pytest.approx(3e-3 + 0.3)
+    assert perfmodel.alltoall_s(3e5, 4, LINK) == pytest.approx(3e-3 + 0.3)
+    for cost in (perfmodel.ring_allreduce_s(4e6, 1, LINK), perfmodel.allgather_s(1e5, 1, LINK),
+                 perfmodel.alltoall_s(0, 4, LINK)):
+        assert cost == 0.0
+
+
+def test_timeline_overlap_and_serial():
+    # two buckets: ready at 1 and 3 (s into backward, which takes 4), encode 0.5 each, comm 2, decode 0.25
+    b = [perfmodel.Bucket(1.0, 0.5, 2.0, 0.25), perfmodel.Bucket(3.0, 0.5, 2.0, 0.25)]
+    # overlap, encodes contend: f1 = 1 + 0.5 + 2 = 3.5; f2 = max(3.5, 3 + 1.0) + 2 = 6; backward 4 + 1 = 5
+    assert perfmodel.step_time(1.0, 4.0, 0.5, b, "overlap") == pytest.approx(1.0 + max(5.0, 6.25) + 0.5)
+    assert perfmodel.step_time(1.0, 4.0, 0.5, b, "serial") == pytest.approx(1.0 + 4.0 + 2 * 2.75 + 0.5)
+    # communication hidden behind backward: the step is compute plus the encodes
+    quick = [perfmodel.Bucket(1.0, 0.0, 0.1, 0.0)]
+    assert perfmodel.step_time(1.0, 4.0, 0.5, quick, "overlap") == pytest.approx(5.5)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        perfmodel.step_time(1.0, 4.0, 0.5, b, "sideways")
+
+
+def test_speedup_bound_and_break_even():
+    assert perfmodel.speedup_bound(3.0, 1.0) == pytest.approx(3.0)
+    assert perfmodel.speedup_bound(0.5, 1.0) == 1.0
+    assert perfmodel.break_even(lambda b: b < 5e8, 1e6, 1e12) == pytest.approx(5e8, rel=1e-9)
+    assert perfmodel.break_even(lambda b: False, 1e6, 1e12) == 1e6
+    assert perfmodel.break_even(lambda b: True, 1e6, 1e12) == 1e12
+
+
+def test_ddp_buckets_reverse_order_with_a_small_first_bucket():
+    # the first bucket closes once it holds >= 1 MiB (262144 floats): after 100k + 200k elements
+    shapes = [(10,), (300_000,), (200_000,), (100_000,)]
+    assert predict.buckets_of(shapes, 25) == [[3, 2], [1, 0]]
+    assert predict.buckets_of(shapes, 1) == [[3, 2], [1], [0]]
+
+
+def test_latency_text():
+    assert predict.latency_s("5us") == pytest.approx(5e-6)
+    assert predict.latency_s("0.2ms") == pytest.approx(2e-4)
+    with pytest.raises(ValueError, match="unit s, ms, us or ns"):
+        predict.latency_s("5 parsecs")
+
+
+SETTINGS = {"compressor": "fp32", "compressor_params": {}, "algorithm": "allreduce", "num_workers": 1, "seed": 0,
+            "bandwidth": None, "use_gpu": False, "dataset": "synthetic", "data_dir": None, "model": "mlp",
+            "batch_size": 8, "min_compress_numel": 1024, "overlap": True, "bucket_cap_mb": None,
+            "width": 64, "depth": 1, "input_shape": [32], "num_classes": 4, "num_samples": 64, "test_samples": 16}
+# the mlp's parameters: (64, 32), (64,), (4, 64), (4,)
+PROFILE = Profile(fwd_s=0.001, bwd_s=0.002, opt_s=0.001,
+                  params=(((64, 32), 0.002), ((64,), 0.002), ((4, 64), 0.001), ((4,), 0.001)))
+
+
+def write_folder(tmp_path, trials):
+    (tmp_path / "trials").mkdir()
+    rows = []
+    for i, (settings, metrics) in enumerate(trials):
+        tid = f"t{i}"
+        (tmp_path / "trials" / f"{tid}.json").write_text(json.dumps(
+            {"trial_id": tid, "settings": {**SETTINGS, **settings}, "status": "ok"}))
+        rows.append({"trial_id": tid, **metrics})
+    pd.DataFrame(rows).to_csv(tmp_path / "trials.csv", index=False)
+    return tmp_path
+
+
+ONE = {"compute_s": 0.008, "encode_s": 0.0, "decode_s": 0.0, "time_to_accuracy_s": math.nan, "step_time_s": 0.01}
+
+
+def test_predict_fp32_and_qsgd_from_their_one_worker_trials(tmp_path, monkeypatch):
+    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
+    folder = write_folder(tmp_path, [
+        ({}, ONE),
+        ({"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"},
+         {**ONE, "encode_s": 0.002, "decode_s": 0.001}),
+        ({"num_workers": 2}, {**ONE, "time_to_accuracy_s": 1.0, "step_time_s": 0.01}),  # 100 steps
+        ({"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra", "num_workers": 2},
+         {**ONE, "time_to_accuracy_s": 1.0, "step_time_s": 0.008}),  # 125 steps
+        ({"compressor": "powersgd", "algorithm": "powersgd"}, ONE),
+    ])
+    table, notes = predict.predict(folder, 8e6, 2, 0.0, prof=PROFILE)  # 1 MB/s
+    assert notes == ["powersgd algorithm=powersgd: PowerSGD is not modelled"]
+    fp32 = table[table["compressor"] == "fp32"].iloc[0]
+    # one bucket of every parameter (2372 floats = 9488 B), ready when the first layer's gradient is
+    # (0.002 s, times 0.008 / 0.004), ring over 2 workers: 9488 B / 1 MB/s plus the reduction
+    comm = fp32["comm_s"]
+    assert comm == pytest.approx(9488 / 1e6 + 4744 / 1e9, rel=1e-12)
+    assert fp32["predicted_step_time_s"] == pytest.approx(0.002 + max(0.004, 0.004 + comm) + 0.002, rel=1e-9)
+    assert fp32["speedup_vs_fp32"] == 1.0
+    qsgd = table[table["compressor"] == "qsgd"].iloc[0]
+    assert qsgd["steps_ratio_vs_fp32"] == pytest.approx(100 / 125)
+    assert qsgd["tta_speedup_vs_fp32"] == pytest.approx(qsgd["speedup_vs_fp32"] * 0.8)
+    assert qsgd["encode_s"] == pytest.approx(0.002 * 0.75)  # sra: n + n/p of 2n
+    assert qsgd["comm_s"] < comm  # fewer bytes on the same link
+
+
+def test_predict_cli_writes_predictions_and_refuses_bad_input(tmp_path, capsys):
+    folder = write_folder(tmp_path, [({}, ONE)])
+    assert cli.main(["predict", str(folder), "--bandwidth", "10gibbit", "--num_workers", "4"]) == 2
+    assert "bandwidth" in capsys.readouterr().err
+    assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "0"]) == 2
+    assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4", "--latency", "x"]) == 2
+    assert cli.main(["predict", str(tmp_path / "none"), "--bandwidth", "1gbit", "--num_workers", "4"]) == 2
+    assert cli.main(["advise", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 0
+    assert "none pays" in capsys.readouterr().out
+    assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 0
+    saved = pd.read_csv(folder / "predictions.csv")
+    assert list(saved.columns) == predict.COLUMNS and len(saved) == 1
