@@ -156,7 +156,7 @@ def _cluster(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from compressors.params import RATE, Param
+    from compressors.params import RATE, Param, rate_bps
 
     from . import predict
 
@@ -176,8 +176,6 @@ def _predict(args: argparse.Namespace) -> int:
     if not (args.results / "trials.csv").is_file():
         print(f"error: {args.results} has no trials.csv (a results folder of `lowprec run`)", file=sys.stderr)
         return 2
-    from compressors.params import rate_bps
-
     try:
         table, notes = predict.predict(args.results, rate_bps(args.bandwidth), args.num_workers, latency)
     except ValueError as error:

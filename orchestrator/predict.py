@@ -16,7 +16,6 @@ the most workers in the folder. PowerSGD and trials run on GPUs are not modelled
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -33,6 +32,7 @@ from compressors import collectives
 from . import perfmodel
 from .labels import config_label
 from .profile import Profile, profile
+from .records import read_records
 
 FIRST_BUCKET_BYTES = 1024 * 1024  # DDP's first bucket (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES)
 DEFAULT_BUCKET_CAP_MB = 25
@@ -64,8 +64,10 @@ class Config:
     decode_s: float
 
 
-def _records(results: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((results / "trials").glob("*.json"))]
+def _trials(results: Path) -> list[tuple[dict[str, Any], pd.Series]]:
+    """Every finished trial of the folder: its record and its trials.csv row, read once."""
+    table = pd.read_csv(results / "trials.csv").set_index("trial_id")
+    return [(r, table.loc[r["trial_id"]]) for r in read_records(results) if r["status"] == "ok"]
 
 
 def _key(settings: dict[str, Any]) -> str:
@@ -73,37 +75,32 @@ def _key(settings: dict[str, Any]) -> str:
     return config_label({**settings, **params}, [*params, "algorithm"])
 
 
-def configurations(results: Path) -> tuple[list[Config], list[str]]:
-    """The folder's configurations that can be predicted, and why the others cannot."""
-    table = pd.read_csv(results / "trials.csv").set_index("trial_id")
+def configurations(trials: list[tuple[dict[str, Any], pd.Series]]) -> tuple[list[Config], list[str]]:
+    """The configurations that can be predicted, and why the others cannot."""
     found: dict[str, Config] = {}
-    skipped: list[str] = []
-    for record in _records(results):
+    why: dict[str, str] = {}
+    for record, row in trials:
         s = record["settings"]
         label = _key(s)
-        if s["num_workers"] != 1 or record["status"] != "ok" or label in found:
-            continue
         if s["compressor"] == "powersgd" or s["use_gpu"]:
-            skipped.append(f"{label}: {'PowerSGD' if s['compressor'] == 'powersgd' else 'a GPU trial'} is not modelled")
-            continue
-        row = table.loc[record["trial_id"]]
-        found[label] = Config(label, s, float(row["compute_s"]), float(row["encode_s"]), float(row["decode_s"]))
-    done = {note.split(":")[0] for note in skipped}
-    skipped += [f"{label}: no finished one-worker trial"
-                for label in sorted({_key(r["settings"]) for r in _records(results)} - set(found) - done)]
-    return list(found.values()), skipped
+            why[label] = f"{'PowerSGD' if s['compressor'] == 'powersgd' else 'a GPU trial'} is not modelled"
+        elif s["num_workers"] == 1 and label not in found:
+            found[label] = Config(label, s, float(row["compute_s"]), float(row["encode_s"]), float(row["decode_s"]))
+    for record, _ in trials:
+        label = _key(record["settings"])
+        if label not in found:
+            why.setdefault(label, "no finished one-worker trial")
+    return list(found.values()), [f"{label}: {text}" for label, text in why.items()]
 
 
-def steps_to_target(results: Path) -> dict[str, float]:
+def steps_to_target(trials: list[tuple[dict[str, Any], pd.Series]]) -> dict[str, float]:
     """Per configuration, the steps to the target accuracy in its trial with the most workers
     (time to accuracy over median step time; NaN where the target was not reached)."""
-    table = pd.read_csv(results / "trials.csv").set_index("trial_id")
     best: dict[str, tuple[int, float]] = {}
-    for record in _records(results):
+    for record, row in trials:
         s = record["settings"]
-        if record["status"] != "ok" or s["num_workers"] < 2:
+        if s["num_workers"] < 2:
             continue
-        row = table.loc[record["trial_id"]]
         steps = float(row["time_to_accuracy_s"]) / float(row["step_time_s"])
         label = _key(s)
         if label not in best or s["num_workers"] > best[label][0]:
@@ -138,35 +135,57 @@ def buckets_of(shapes: list[tuple[int, ...]], bucket_cap_mb: float | None) -> li
     return [b for b in out if b]
 
 
-def _bucket_comm_s(config: Config, shapes: list[tuple[int, ...]], p: int, link: perfmodel.Link,
-                   reduce: float) -> float:
-    """Communication of one bucket (parameter ``shapes``) with ``p`` workers."""
+# One bucket's traffic: (collective, bytes) in the order they run; bytes are what perfmodel's cost
+# of that collective takes (ring: the buffer; all_gather: one rank's payload; all_to_all: what a rank sends).
+Traffic = list[tuple[str, float]]
+
+
+def bucket_traffic(config: Config, shapes: list[tuple[int, ...]], p: int) -> Traffic:
+    """What one bucket (parameter ``shapes``) puts on the wire with ``p`` workers."""
     s = config.settings
     name, algorithm = s["compressor"], s["algorithm"]
     if algorithm == "allreduce":
-        return perfmodel.ring_allreduce_s(CAST_ITEMSIZE[name] * sum(math.prod(x) for x in shapes), p, link, reduce)
+        return [("ring", CAST_ITEMSIZE[name] * sum(math.prod(x) for x in shapes))]
     small = [x for x in shapes if math.prod(x) < s["min_compress_numel"]]
     large = [x for x in shapes if math.prod(x) >= s["min_compress_numel"]]
-    comm = perfmodel.ring_allreduce_s(4 * sum(math.prod(x) for x in small), p, link, reduce)
+    traffic: Traffic = [("ring", 4 * sum(math.prod(x) for x in small))]
     if not large:
-        return comm
+        return traffic
     codec = compressors.get(name, **(s["compressor_params"] or {}))
     if algorithm == "allgather":
-        return comm + perfmodel.allgather_s(sum(codec.payload_nbytes(x) for x in large), p, link)
+        return traffic + [("all_gather", sum(codec.payload_nbytes(x) for x in large))]
     to_rank = [0] * p  # sra: payload bytes of each rank's chunks, as collectives.sra_compressed cuts them
     for key, x in enumerate(large):
         axis = collectives.chunk_axis(x, codec)
         for r, bounds in enumerate(collectives.split(x, p, key, axis)):
             to_rank[r] += codec.payload_nbytes(collectives.chunk_shape(x, bounds, axis))
-    comm += perfmodel.alltoall_s(sum(to_rank[1:]), p, link) + perfmodel.allgather_s(max(to_rank), p, link)
+    traffic.append(("all_to_all", sum(to_rank[1:])))
     if codec.scales_by_tensor:
-        comm += perfmodel.ring_allreduce_s(4 * len(large), p, link, reduce)
-    return comm
+        traffic.append(("ring", 4 * len(large)))
+    return traffic + [("all_gather", max(to_rank))]
 
 
-def predict_config(config: Config, prof: Profile, compute_s: float, p: int, link: perfmodel.Link,
-                   reduce: float) -> dict[str, float]:
-    """Predicted step of one configuration on ``p`` workers over ``link``."""
+def comm_s(traffic: Traffic, p: int, link: perfmodel.Link, reduce: float) -> float:
+    costs = {"ring": lambda n: perfmodel.ring_allreduce_s(n, p, link, reduce),
+             "all_gather": lambda n: perfmodel.allgather_s(n, p, link),
+             "all_to_all": lambda n: perfmodel.alltoall_s(n, p, link)}
+    return sum(costs[kind](nbytes) for kind, nbytes in traffic)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A configuration's step at ``p`` workers, all but the link: fwd/bwd/opt and per bucket its
+    ready time, encode, decode and traffic (so a bandwidth sweep costs arithmetic only)."""
+    fwd_s: float
+    bwd_s: float
+    opt_s: float
+    buckets: list[tuple[float, float, float, Traffic]]
+    encode_s: float
+    decode_s: float
+    mode: str
+
+
+def plan(config: Config, prof: Profile, compute_s: float, p: int) -> Plan:
     s = config.settings
     shapes = [shape for shape, _ in prof.params]
     scale = compute_s / (prof.fwd_s + prof.bwd_s + prof.opt_s)
@@ -181,43 +200,52 @@ def predict_config(config: Config, prof: Profile, compute_s: float, p: int, link
     for idx in buckets_of(shapes, s["bucket_cap_mb"]):
         share = sum(compressible[i] for i in idx) / total
         ready = max(prof.params[i][1] for i in idx) * scale
-        comm = _bucket_comm_s(config, [shapes[i] for i in idx], p, link, reduce)
-        buckets.append(perfmodel.Bucket(ready, encode * share, comm, decode * share))
-    mode = "overlap" if s["overlap"] else "serial"
-    step = perfmodel.step_time(prof.fwd_s * scale, prof.bwd_s * scale, prof.opt_s * scale, buckets, mode)
-    return {"predicted_step_time_s": step, "compute_s": compute_s, "comm_s": sum(b.comm_s for b in buckets),
-            "encode_s": encode, "decode_s": decode, "mode": mode}
+        buckets.append((ready, encode * share, decode * share, bucket_traffic(config, [shapes[i] for i in idx], p)))
+    return Plan(prof.fwd_s * scale, prof.bwd_s * scale, prof.opt_s * scale, buckets, encode, decode,
+                "overlap" if s["overlap"] else "serial")
+
+
+def predict_step(step: Plan, p: int, link: perfmodel.Link, reduce: float) -> dict[str, float]:
+    """Predicted step of a planned configuration over ``link``."""
+    buckets = [perfmodel.Bucket(ready, enc, comm_s(traffic, p, link, reduce), dec)
+               for ready, enc, dec, traffic in step.buckets]
+    time_s = perfmodel.step_time(step.fwd_s, step.bwd_s, step.opt_s, buckets, step.mode)
+    return {"predicted_step_time_s": time_s, "compute_s": step.fwd_s + step.bwd_s + step.opt_s,
+            "comm_s": sum(b.comm_s for b in buckets), "encode_s": step.encode_s, "decode_s": step.decode_s,
+            "mode": step.mode}
 
 
 def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: float,
             prof: Profile | None = None) -> tuple[pd.DataFrame, list[str]]:
     """Every predictable configuration of ``results`` on ``num_workers`` workers with links of
     ``bandwidth_bps`` bits/s and ``latency_s``; the notes say what was skipped and why."""
-    configs, notes = configurations(results)
+    trials = _trials(results)
+    configs, notes = configurations(trials)
     fp32 = next((c for c in configs if c.settings["compressor"] == "fp32" and c.settings["algorithm"] == "allreduce"), None)
     if fp32 is None:
         raise ValueError(f"{results}: no finished one-worker fp32 trial (plain DDP): the baseline and the "
                          "compute time come from it")
     prof = prof or profile(fp32.settings)
     reduce = reduce_bps()
-    steps = steps_to_target(results)
+    steps = steps_to_target(trials)
+    plans = {c.label: plan(c, prof, fp32.compute_s, num_workers) for c in configs}
 
-    def step_at(config: Config, bps: float) -> float:
-        link = perfmodel.Link(bps / 8, latency_s)
-        return predict_config(config, prof, fp32.compute_s, num_workers, link, reduce)["predicted_step_time_s"]
+    def step_at(config: Config, bps: float) -> dict[str, float]:
+        return predict_step(plans[config.label], num_workers, perfmodel.Link(bps / 8, latency_s), reduce)
 
-    base = step_at(fp32, bandwidth_bps)
+    base = step_at(fp32, bandwidth_bps)["predicted_step_time_s"]
     half = next((c for c in configs if c.settings["compressor"] == "fp16" and c.settings["algorithm"] == "allreduce"), None)
-    half_step = step_at(half, bandwidth_bps) if half else math.nan
+    half_step = step_at(half, bandwidth_bps)["predicted_step_time_s"] if half else math.nan
     rows = []
     for config in configs:
-        link = perfmodel.Link(bandwidth_bps / 8, latency_s)
-        out = predict_config(config, prof, fp32.compute_s, num_workers, link, reduce)
+        out = step_at(config, bandwidth_bps)
         step = out["predicted_step_time_s"]
         ratio = steps[fp32.label] / steps[config.label] if fp32.label in steps and config.label in steps else math.nan
         even = math.nan
         if config is not fp32:
-            edge = perfmodel.break_even(lambda bps, c=config: step_at(c, bps) < step_at(fp32, bps), 1e6, 1e12)
+            def faster(bps: float, c: Config = config) -> bool:
+                return step_at(c, bps)["predicted_step_time_s"] < step_at(fp32, bps)["predicted_step_time_s"]
+            edge = perfmodel.break_even(faster, 1e6, 1e12)
             even = math.inf if edge == 1e12 else (0.0 if edge == 1e6 else edge)
         rows.append({"configuration": config.label, "compressor": config.settings["compressor"],
                      "algorithm": config.settings["algorithm"], "num_workers": num_workers,

@@ -74,7 +74,8 @@ def write_folder(tmp_path, trials):
     for i, (settings, metrics) in enumerate(trials):
         tid = f"t{i}"
         (tmp_path / "trials" / f"{tid}.json").write_text(json.dumps(
-            {"trial_id": tid, "settings": {**SETTINGS, **settings}, "status": "ok"}))
+            {"trial_id": tid, "name": tid, "settings": {**SETTINGS, **settings}, "status": "ok", "reason": None,
+             "history": [], "finished_at": i}))
         rows.append({"trial_id": tid, **metrics})
     pd.DataFrame(rows).to_csv(tmp_path / "trials.csv", index=False)
     return tmp_path
