@@ -15,8 +15,8 @@ On an emulated cluster (orchestrator.emulation; this driver then runs in its
 host 0) each worker asks for one ``emu_host``, so a trial's workers sit on
 different hosts; every bandwidth the trials need is calibrated before the first
 trial, and each trial re-shapes the links to its bandwidth before its workers
-start. Its workers share this machine's cores: each gets cores / num_workers
-torch threads.
+start. Its workers share this machine's cores: each gets cores / hosts torch
+threads (at least one), whatever the trial's number of workers.
 """
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
             "cluster": sweep.cluster,
             "storage_path": str(results / "ray" / f"train-{stamp}"),
             "cwd": os.getcwd(),  # relative data_dir values are relative to where the sweep was started
-            "emulation": None if emulation is None else {"prefix": emulation.prefix, "cpu_count": os.cpu_count()},
+            "emulation": None if emulation is None else {"prefix": emulation.prefix, "hosts": emulation.hosts,
+                                                          "cpu_count": os.cpu_count()},
         }
         progress.note(f"running {len(todo)} trial(s) of {sweep.name}; results in {results}")
         tuner = tune.Tuner(
@@ -283,7 +284,9 @@ def _run_trial(config: dict[str, Any]) -> None:
     threads = None
     if run["emulation"] is not None:
         resources[HOST_RESOURCE] = 1
-        threads = max(1, run["emulation"]["cpu_count"] // trial["num_workers"])
+        # An emulated host is a fixed share of this machine's cores, whatever the trial's worker count:
+        # a one-worker trial then measures the device every host of a larger trial has.
+        threads = max(1, run["emulation"]["cpu_count"] // run["emulation"]["hosts"])
         _shape_for(trial, run["emulation"]["prefix"])
     problem = placement_problem(trial["num_workers"], resources, _node_resources())
     if problem:
