@@ -11,7 +11,9 @@ full size with two hosts. That is TCP goodput: with a 1500-byte MTU at most
 
 The buffer is sized to take about half a second at the requested rate (1-64
 MiB), after one warm-up all_reduce; the figure is the median of the repeats,
-each timed on the slower rank.
+each timed on the slower rank. Then the latency per message (the performance
+model's alpha, orchestrator.perfmodel): the median of timed all_reduces of one
+float, which with two ranks are two messages in turn, halved.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ MIB = 1024**2
 _SECONDS = 0.5  # a transfer this long at the requested rate shows the shaping, not the start-up
 _BYTES_RANGE = (1 * MIB, 64 * MIB)
 _TIMEOUT_S = 120.0
+_LATENCY_REPEATS = 21
 
 
 def buffer_bytes(rate: str | None) -> int:
@@ -51,7 +54,7 @@ def calibrate(network: Network, rates: list[str | None], repeats: int = 3) -> li
     hosts 0 and 1; the links stay shaped at the last rate.
 
     Returns per rate ``{"rate", "measured_bps", "fraction" (of the rate; absent unshaped), "bytes",
-    "median_s", "times_s", "repeats"}``; RuntimeError with the ranks' last words when they fail (the
+    "median_s", "times_s", "repeats", "latency_s"}``; RuntimeError with the ranks' last words when they fail (the
     links' rate is then unknown: shape them again).
     """
     if network.hosts < 2:
@@ -118,9 +121,16 @@ def _measure(network: Network, store: str, rank: int, rates: list[str | None],
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
             times = slowest.tolist()
             median = statistics.median(times)
+            one, small = torch.ones(1), []
+            for _ in range(_LATENCY_REPEATS):
+                dist.barrier()
+                start = time.perf_counter()
+                dist.all_reduce(one)
+                small.append(time.perf_counter() - start)
             # 2(p-1)/p of the buffer goes each way per rank: all of it with p = 2
             results.append({"rate": rate, "measured_bps": nbytes * 8 / median, "bytes": nbytes,
-                            "median_s": median, "times_s": times, "repeats": repeats})
+                            "median_s": median, "times_s": times, "repeats": repeats,
+                            "latency_s": statistics.median(small) / 2})
     finally:
         dist.destroy_process_group()
     return results if rank == 0 else None

@@ -7,11 +7,12 @@
                                    as under `ray job submit`); RESULTS: the sweep's results
                                    folder, default results/<sweep name>
     export RESULTS                 rebuild tables and plots from the per-trial records
-    predict RESULTS --bandwidth RATE --num_workers N [--latency 5us]
+    predict RESULTS --bandwidth RATE --num_workers N [--latency 5us] [--overlap true|false]
+                    [--compute_scale X]
                                    each configuration's step time and speedups on another
                                    cluster, from the folder's one-worker trials (performance
                                    model: orchestrator.perfmodel); writes RESULTS/predictions.csv
-    advise RESULTS --bandwidth RATE --num_workers N [--latency 5us]
+    advise RESULTS ... (as predict)
                                    the configuration that pays most there, and why, or none
     cluster up --hosts N --bandwidth RATE [--prefix P] [--subnet S] [--no_ray]
                                    an emulated cluster on this machine (root): N network
@@ -34,6 +35,7 @@ error, 2 a bad sweep file or usage.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import subprocess
@@ -79,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--bandwidth", required=True, help="each worker's link, e.g. 25gbit, 100mbit")
         sub.add_argument("--num_workers", type=int, required=True)
         sub.add_argument("--latency", default="5us", help="per message, e.g. 5us, 0.2ms (default 5us)")
+        sub.add_argument("--overlap", default="true", choices=("true", "false"),
+                         help="communication beside backward, as DDP does (default true)")
+        sub.add_argument("--compute_scale", type=float, default=1.0,
+                         help="the target's compute, encode and decode time against the machine that ran "
+                              "the one-worker trials (2: half as fast; default 1)")
     cluster = commands.add_parser("cluster", help="an emulated cluster on this machine (root)")
     actions = cluster.add_subparsers(dest="action", required=True)
     from .emulation import DEFAULT_PREFIX, DEFAULT_SUBNET
@@ -168,6 +175,9 @@ def _predict(args: argparse.Namespace) -> int:
     if args.num_workers < 1:
         print("error: --num_workers must be >= 1", file=sys.stderr)
         return 2
+    if not (math.isfinite(args.compute_scale) and args.compute_scale > 0):
+        print(f"error: --compute_scale must be a number in (0, inf), got {args.compute_scale}", file=sys.stderr)
+        return 2
     try:
         latency = predict.latency_s(args.latency)
     except ValueError as error:
@@ -177,12 +187,13 @@ def _predict(args: argparse.Namespace) -> int:
         print(f"error: {args.results} has no trials.csv (a results folder of `lowprec run`)", file=sys.stderr)
         return 2
     try:
-        table, notes = predict.predict(args.results, rate_bps(args.bandwidth), args.num_workers, latency)
+        table, notes = predict.predict(args.results, rate_bps(args.bandwidth), args.num_workers, latency,
+                                       overlap=args.overlap == "true", compute_scale=args.compute_scale)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"{args.num_workers} workers, {args.bandwidth} links, {args.latency} latency; "
-          f"model: {table['mode'].iloc[0] if len(table) else '-'} (orchestrator.perfmodel)")
+    print(f"{args.num_workers} workers, {args.bandwidth} links, {args.latency} latency, overlap {args.overlap}, "
+          f"compute x{args.compute_scale:g} (orchestrator.perfmodel)")
     shown = table[["configuration", "predicted_step_time_s", "comm_s", "speedup_vs_fp32", "speedup_vs_16bit",
                    "tta_speedup_vs_fp32", "break_even_bps"]]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))

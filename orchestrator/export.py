@@ -52,6 +52,10 @@ orchestrator.plots, and configurations are labelled by orchestrator.labels.
   ``compression_ratio``: fp32 ring-allreduce bytes / bytes sent. The
   training loop reports each per epoch (median over its steps, max over
   ranks); the table holds the median over the epochs run.
+- ``predicted_step_time_s``: beside ``step_time_s``, what the performance model
+  (orchestrator.predict, ``lowprec predict``) expects of a multi-worker trial run on
+  an emulated cluster, from the folder's one-worker trial of the same configuration
+  and workload (and its fp32 one) and the trial's calibrated link; empty elsewhere.
 - ``parameters``, ``grad_bytes_fp32``, ``compressible_share``: the model's parameter
   count, its gradient bytes in fp32, and the share of those bytes in tensors of at
   least ``min_compress_numel`` elements (the part a compressor acts on); empty for a
@@ -59,6 +63,7 @@ orchestrator.plots, and configurations are labelled by orchestrator.labels.
 - ``calibrated_bps``: on an emulated cluster, the bits per second a calibration
   all_reduce moved over each link at the trial's bandwidth (TCP goodput; the
   cluster's calibrations are in ``environment.json``); empty elsewhere.
+  ``calibrated_latency_s``: the calibration's latency per message at that bandwidth.
 - ``worker_node_ips``: the Ray node of each rank, in rank order, space-separated.
 
 ``history.csv`` -- one row per trial and epoch: ``trial_id``, ``name``, the
@@ -81,9 +86,11 @@ against workers, and the step time (ms) split into compute and exposed communica
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from .plots import write_plots
+from .predict import pairs, trial_predictions
 from .records import read_records
 from .summary import summary_markdown
 from .tables import history_table, trials_table
@@ -96,6 +103,11 @@ def export(results: Path) -> dict[str, Path]:
     records = read_records(results)
     history = history_table(records)
     trials = trials_table(records, history)
+    environment = results / "environment.json"
+    cpu_count = json.loads(environment.read_text()).get("cpu_count") if environment.is_file() else None
+    predicted = trial_predictions(pairs(records, trials), cpu_count=cpu_count)
+    trials.insert(int(trials.columns.get_loc("step_time_s")) + 1, "predicted_step_time_s",
+                  trials["trial_id"].map({k: v["predicted_step_time_s"] for k, v in predicted.items()}).astype(float))
     written = {name: results / name for name in ("trials.csv", "trials.parquet", "history.csv", "summary.md")}
     trials.to_csv(written["trials.csv"], index=False)
     # parquet needs one type per column: settings may mix None with numbers or strings

@@ -10,17 +10,14 @@ timeline of gradient buckets ready during backward:
 - sra: an all_to_all then an all_gather of the re-encoded chunks.
 
 Timeline (buckets i = 1..K ready at t_i into backward, encode e_i, communication c_i, decode d_i):
-``overlap`` f_i = max(f_{i-1}, t_i + e_i) + c_i, T = T_fwd + max(T_bwd, f_K + d_K) + T_opt, with
+with overlap f_i = max(f_{i-1}, t_i + e_i) + c_i, T = T_fwd + max(T_bwd, f_K + d_K) + T_opt, with
 the encodes on the compute device (``contended``: backward grows by the encodes, and each t_i by
-the encodes before it); ``serial`` T = T_fwd + T_bwd + sum(e_i + c_i + d_i) + T_opt.
+the encodes before it); without, T = T_fwd + T_bwd + sum(e_i + c_i + d_i) + T_opt.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-MODES = ("overlap", "serial")
-
 
 @dataclass(frozen=True)
 class Link:
@@ -58,11 +55,10 @@ class Bucket:
     decode_s: float
 
 
-def step_time(fwd_s: float, bwd_s: float, opt_s: float, buckets: list[Bucket], mode: str) -> float:
-    """Predicted step time. ``buckets`` in the order they become ready (DDP's: reverse parameters)."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if mode == "serial":
+def step_time(fwd_s: float, bwd_s: float, opt_s: float, buckets: list[Bucket], overlap: bool) -> float:
+    """Predicted step time. ``buckets`` in the order they become ready (DDP's: reverse parameters);
+    ``overlap``: communication runs beside backward (else each bucket's runs to completion in turn)."""
+    if not overlap:
         return fwd_s + bwd_s + sum(b.encode_s + b.comm_s + b.decode_s for b in buckets) + opt_s
     # Encodes run on the compute device: each delays the rest of backward and every later bucket.
     finish, shift = 0.0, 0.0

@@ -2,7 +2,8 @@
 
 Inputs, all measured by the tool, never fitted to runs on the target:
 - per configuration, its one-worker trial (``num_workers: 1``): compute, encode and decode time
-  per step (medians, trials.csv), on the machine that ran it;
+  per step (medians, trials.csv), on the machine that ran it (``compute_scale``: how much slower
+  the target's devices are);
 - the model's step profile on this machine (``orchestrator.profile``): forward/backward/optimizer
   split and when each gradient is ready, scaled to the fp32 one-worker trial's compute time;
 - DDP's buckets (reverse parameter order; 1 MiB first, then ``bucket_cap_mb``, default 25 MiB);
@@ -13,12 +14,17 @@ Encode and decode at p workers from the one-worker figures: sra encodes n + n/p 
 (n + n with one worker) and decodes 2n either way; allgather encodes n and decodes p n.
 Time to accuracy: speedup x (fp32's steps to the target / the configuration's), both measured with
 the most workers in the folder. PowerSGD and trials run on GPUs are not modelled (say so, skip).
+
+``trial_predictions`` predicts the multi-worker trials run on an emulated cluster from their
+calibrated links (the results export's ``predicted_step_time_s``, and the validation grid).
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,7 @@ import pandas as pd
 import torch
 
 import compressors
+import workloads
 from compressors import collectives
 
 from . import perfmodel
@@ -37,8 +44,8 @@ from .records import read_records
 FIRST_BUCKET_BYTES = 1024 * 1024  # DDP's first bucket (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES)
 DEFAULT_BUCKET_CAP_MB = 25
 CAST_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
-COLUMNS = ["configuration", "compressor", "algorithm", "num_workers", "bandwidth_bps", "latency_s", "mode",
-           "predicted_step_time_s", "compute_s", "comm_s", "encode_s", "decode_s", "speedup_vs_fp32",
+COLUMNS = ["configuration", "compressor", "algorithm", "num_workers", "bandwidth_bps", "latency_s", "overlap",
+           "compute_scale", "predicted_step_time_s", "compute_s", "comm_s", "encode_s", "decode_s", "speedup_vs_fp32",
            "speedup_vs_16bit", "steps_ratio_vs_fp32", "tta_speedup_vs_fp32", "break_even_bps", "speedup_bound"]
 
 
@@ -54,58 +61,86 @@ def latency_s(text: str) -> float:
     return float(match.group(1)) * _UNIT[match.group(2)]
 
 
+# The settings that change what a step costs (not how long training runs, nor what it learns):
+# trials agreeing in these and in the compressor run the same step.
+_WORKLOAD_KEYS = ("dataset", "model", "batch_size", "optimizer", "min_compress_numel", "bucket_cap_mb", "impl",
+                  "use_gpu", *(p.name for p in workloads.MODEL_OPTIONS), *(p.name for p in workloads.DATASET_OPTIONS))
+
+Trials = list[tuple[dict[str, Any], pd.Series]]  # (record, trials.csv row) of each finished trial
+
+
 @dataclass(frozen=True)
 class Config:
-    """One configuration of the folder and what its one-worker trial measured."""
+    """One configuration and what its one-worker trial measured."""
     label: str
     settings: dict[str, Any]
     compute_s: float
     encode_s: float
     decode_s: float
+    exposed_comm_s: float
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return step_key(self.settings)
 
 
-def _trials(results: Path) -> list[tuple[dict[str, Any], pd.Series]]:
-    """Every finished trial of the folder: its record and its trials.csv row, read once."""
-    table = pd.read_csv(results / "trials.csv").set_index("trial_id")
-    return [(r, table.loc[r["trial_id"]]) for r in read_records(results) if r["status"] == "ok"]
+def pairs(records: list[dict[str, Any]], table: pd.DataFrame) -> Trials:
+    """Every finished trial: its record and its row of ``table`` (trials.csv)."""
+    rows = table.set_index("trial_id")
+    return [(r, rows.loc[r["trial_id"]]) for r in records if r["status"] == "ok"]
 
 
-def _key(settings: dict[str, Any]) -> str:
+def read_trials(results: Path) -> Trials:
+    """The finished trials of a results folder, read once."""
+    return pairs(read_records(results), pd.read_csv(results / "trials.csv"))
+
+
+def config_name(settings: dict[str, Any]) -> str:
     params = settings["compressor_params"] or {}
     return config_label({**settings, **params}, [*params, "algorithm"])
 
 
-def configurations(trials: list[tuple[dict[str, Any], pd.Series]]) -> tuple[list[Config], list[str]]:
+def step_key(settings: dict[str, Any]) -> tuple[str, str]:
+    """(workload, configuration label): trials with equal keys run the same step."""
+    workload = json.dumps({k: settings.get(k) for k in _WORKLOAD_KEYS}, sort_keys=True, default=str)
+    return workload, config_name(settings)
+
+
+def configurations(trials: Trials) -> tuple[list[Config], list[str]]:
     """The configurations that can be predicted, and why the others cannot."""
-    found: dict[str, Config] = {}
-    why: dict[str, str] = {}
+    found: dict[tuple[str, str], Config] = {}
+    why: dict[tuple[str, str], str] = {}
     for record, row in trials:
         s = record["settings"]
-        label = _key(s)
         if s["compressor"] == "powersgd" or s["use_gpu"]:
-            why[label] = f"{'PowerSGD' if s['compressor'] == 'powersgd' else 'a GPU trial'} is not modelled"
-        elif s["num_workers"] == 1 and label not in found:
-            found[label] = Config(label, s, float(row["compute_s"]), float(row["encode_s"]), float(row["decode_s"]))
+            why[step_key(s)] = f"{'PowerSGD' if s['compressor'] == 'powersgd' else 'a GPU trial'} is not modelled"
+        elif s["num_workers"] == 1 and step_key(s) not in found:
+            found[step_key(s)] = Config(config_name(s), s, float(row["compute_s"]), float(row["encode_s"]),
+                                        float(row["decode_s"]), float(row["exposed_comm_s"]))
     for record, _ in trials:
-        label = _key(record["settings"])
-        if label not in found:
-            why.setdefault(label, "no finished one-worker trial")
-    return list(found.values()), [f"{label}: {text}" for label, text in why.items()]
+        if step_key(record["settings"]) not in found:
+            why.setdefault(step_key(record["settings"]), "no finished one-worker trial")
+    return list(found.values()), [f"{name}: {text}" for (_, name), text in why.items()]
 
 
-def steps_to_target(trials: list[tuple[dict[str, Any], pd.Series]]) -> dict[str, float]:
+def baseline(configs: list[Config], compressor: str, workload: str) -> Config | None:
+    """The workload's fp32 (plain DDP) or fp16 (all_reduce) configuration."""
+    return next((c for c in configs if c.key[0] == workload and c.settings["compressor"] == compressor
+                 and c.settings["algorithm"] == "allreduce"), None)
+
+
+def steps_to_target(trials: Trials) -> dict[tuple[str, str], float]:
     """Per configuration, the steps to the target accuracy in its trial with the most workers
     (time to accuracy over median step time; NaN where the target was not reached)."""
-    best: dict[str, tuple[int, float]] = {}
+    best: dict[tuple[str, str], tuple[int, float]] = {}
     for record, row in trials:
         s = record["settings"]
         if s["num_workers"] < 2:
             continue
         steps = float(row["time_to_accuracy_s"]) / float(row["step_time_s"])
-        label = _key(s)
-        if label not in best or s["num_workers"] > best[label][0]:
-            best[label] = (s["num_workers"], steps)
-    return {label: steps for label, (_, steps) in best.items()}
+        if step_key(s) not in best or s["num_workers"] > best[step_key(s)][0]:
+            best[step_key(s)] = (s["num_workers"], steps)
+    return {k: steps for k, (_, steps) in best.items()}
 
 
 def reduce_bps(numel: int = 1 << 22, repeats: int = 5) -> float:
@@ -155,9 +190,9 @@ def bucket_traffic(config: Config, shapes: list[tuple[int, ...]], p: int) -> Tra
     if algorithm == "allgather":
         return traffic + [("all_gather", sum(codec.payload_nbytes(x) for x in large))]
     to_rank = [0] * p  # sra: payload bytes of each rank's chunks, as collectives.sra_compressed cuts them
-    for key, x in enumerate(large):
+    for index, x in enumerate(large):
         axis = collectives.chunk_axis(x, codec)
-        for r, bounds in enumerate(collectives.split(x, p, key, axis)):
+        for r, bounds in enumerate(collectives.split(x, p, index, axis)):
             to_rank[r] += codec.payload_nbytes(collectives.chunk_shape(x, bounds, axis))
     traffic.append(("all_to_all", sum(to_rank[1:])))
     if codec.scales_by_tensor:
@@ -182,16 +217,23 @@ class Plan:
     buckets: list[tuple[float, float, float, Traffic]]
     encode_s: float
     decode_s: float
-    mode: str
+    overlap: bool
 
 
-def plan(config: Config, prof: Profile, compute_s: float, p: int) -> Plan:
+def plan(config: Config, prof: Profile, compute_s: float, p: int, overlap: bool, compute_scale: float = 1.0) -> Plan:
+    """``compute_s``: the one-worker step's compute (fp32's), split as ``prof`` says; ``compute_scale``
+    multiplies it and the encode and decode times (the target's devices against the measured one)."""
     s = config.settings
     shapes = [shape for shape, _ in prof.params]
-    scale = compute_s / (prof.fwd_s + prof.bwd_s + prof.opt_s)
+    scale = compute_s * compute_scale / (prof.fwd_s + prof.bwd_s + prof.opt_s)
     compressible = [math.prod(x) if math.prod(x) >= s["min_compress_numel"] else 0 for x in shapes]
     total = sum(compressible) or 1
     encode, decode = config.encode_s, config.decode_s
+    if s["algorithm"] == "allreduce":
+        # The cast and copies run inside the collective, so the hook times no encode or decode; in a
+        # world of one the collective moves nothing, and what it took is that device work.
+        encode = decode = config.exposed_comm_s / 2
+    encode, decode = encode * compute_scale, decode * compute_scale
     if s["algorithm"] == "sra":
         encode *= (1 + 1 / p) / 2
     elif s["algorithm"] == "allgather":
@@ -201,46 +243,48 @@ def plan(config: Config, prof: Profile, compute_s: float, p: int) -> Plan:
         share = sum(compressible[i] for i in idx) / total
         ready = max(prof.params[i][1] for i in idx) * scale
         buckets.append((ready, encode * share, decode * share, bucket_traffic(config, [shapes[i] for i in idx], p)))
-    return Plan(prof.fwd_s * scale, prof.bwd_s * scale, prof.opt_s * scale, buckets, encode, decode,
-                "overlap" if s["overlap"] else "serial")
+    return Plan(prof.fwd_s * scale, prof.bwd_s * scale, prof.opt_s * scale, buckets, encode, decode, overlap)
 
 
 def predict_step(step: Plan, p: int, link: perfmodel.Link, reduce: float) -> dict[str, float]:
     """Predicted step of a planned configuration over ``link``."""
     buckets = [perfmodel.Bucket(ready, enc, comm_s(traffic, p, link, reduce), dec)
                for ready, enc, dec, traffic in step.buckets]
-    time_s = perfmodel.step_time(step.fwd_s, step.bwd_s, step.opt_s, buckets, step.mode)
+    time_s = perfmodel.step_time(step.fwd_s, step.bwd_s, step.opt_s, buckets, step.overlap)
     return {"predicted_step_time_s": time_s, "compute_s": step.fwd_s + step.bwd_s + step.opt_s,
-            "comm_s": sum(b.comm_s for b in buckets), "encode_s": step.encode_s, "decode_s": step.decode_s,
-            "mode": step.mode}
+            "comm_s": sum(b.comm_s for b in buckets), "encode_s": step.encode_s, "decode_s": step.decode_s}
 
 
-def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: float,
-            prof: Profile | None = None) -> tuple[pd.DataFrame, list[str]]:
+def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: float, overlap: bool = True,
+            compute_scale: float = 1.0, prof: Profile | None = None) -> tuple[pd.DataFrame, list[str]]:
     """Every predictable configuration of ``results`` on ``num_workers`` workers with links of
     ``bandwidth_bps`` bits/s and ``latency_s``; the notes say what was skipped and why."""
-    trials = _trials(results)
+    trials = read_trials(results)
     configs, notes = configurations(trials)
-    fp32 = next((c for c in configs if c.settings["compressor"] == "fp32" and c.settings["algorithm"] == "allreduce"), None)
+    workloads_found = {c.key[0] for c in configs}
+    if len(workloads_found) > 1:
+        raise ValueError(f"{results}: its one-worker trials ran {len(workloads_found)} different workloads "
+                         "(model, data, batch size, buckets); predict a folder of one workload")
+    fp32 = baseline(configs, "fp32", configs[0].key[0]) if configs else None
     if fp32 is None:
         raise ValueError(f"{results}: no finished one-worker fp32 trial (plain DDP): the baseline and the "
                          "compute time come from it")
     prof = prof or profile(fp32.settings)
     reduce = reduce_bps()
     steps = steps_to_target(trials)
-    plans = {c.label: plan(c, prof, fp32.compute_s, num_workers) for c in configs}
+    plans = {c.key: plan(c, prof, fp32.compute_s, num_workers, overlap, compute_scale) for c in configs}
 
     def step_at(config: Config, bps: float) -> dict[str, float]:
-        return predict_step(plans[config.label], num_workers, perfmodel.Link(bps / 8, latency_s), reduce)
+        return predict_step(plans[config.key], num_workers, perfmodel.Link(bps / 8, latency_s), reduce)
 
     base = step_at(fp32, bandwidth_bps)["predicted_step_time_s"]
-    half = next((c for c in configs if c.settings["compressor"] == "fp16" and c.settings["algorithm"] == "allreduce"), None)
+    half = baseline(configs, "fp16", fp32.key[0])
     half_step = step_at(half, bandwidth_bps)["predicted_step_time_s"] if half else math.nan
     rows = []
     for config in configs:
         out = step_at(config, bandwidth_bps)
         step = out["predicted_step_time_s"]
-        ratio = steps[fp32.label] / steps[config.label] if fp32.label in steps and config.label in steps else math.nan
+        ratio = steps[fp32.key] / steps[config.key] if fp32.key in steps and config.key in steps else math.nan
         even = math.nan
         if config is not fp32:
             def faster(bps: float, c: Config = config) -> bool:
@@ -249,11 +293,56 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
             even = math.inf if edge == 1e12 else (0.0 if edge == 1e6 else edge)
         rows.append({"configuration": config.label, "compressor": config.settings["compressor"],
                      "algorithm": config.settings["algorithm"], "num_workers": num_workers,
-                     "bandwidth_bps": bandwidth_bps, "latency_s": latency_s, **out,
+                     "bandwidth_bps": bandwidth_bps, "latency_s": latency_s, "overlap": overlap,
+                     "compute_scale": compute_scale, **out,
                      "speedup_vs_fp32": base / step, "speedup_vs_16bit": half_step / step,
                      "steps_ratio_vs_fp32": ratio, "tta_speedup_vs_fp32": base / step * ratio,
                      "break_even_bps": even, "speedup_bound": perfmodel.speedup_bound(base, fp32.compute_s)})
     return pd.DataFrame(rows, columns=COLUMNS), notes
+
+
+def emulated_compute_scale(num_workers: int, hosts: int, cpu_count: int) -> float:
+    """How much slower each worker computes when ``num_workers`` hosts of an emulated ``hosts``-host
+    cluster compute at once on this machine's ``cpu_count`` cores, against one worker alone: every
+    host has cores / hosts torch threads (orchestrator.sweep), and threads beyond the cores share them."""
+    threads = max(1, cpu_count // hosts)
+    return max(1.0, num_workers * threads / cpu_count)
+
+
+def trial_predictions(trials: Trials, inputs: Trials | None = None,
+                      cpu_count: int | None = None) -> dict[str, dict[str, float]]:
+    """The predicted step (``predict_step``) of each multi-worker trial run on an emulated cluster (its workers,
+    its overlap, its calibrated link's goodput and latency), by trial_id, from the one-worker trials
+    of ``inputs`` (default: ``trials``) of the same workload and configuration; trials without
+    them are left out. ``cpu_count``: the machine's cores, for ``emulated_compute_scale``."""
+    targets = [(r, r["link"]) for r, _ in trials
+               if r["settings"]["num_workers"] > 1 and (r.get("link") or {}).get("calibrated_bps")]
+    configs = {c.key: c for c in configurations(inputs if inputs is not None else trials)[0]} if targets else {}
+    profiles: dict[str, Profile | None] = {}
+    reduce = reduce_bps() if configs else math.nan
+    out = {}
+    for record, link in targets:
+        s = record["settings"]
+        config = configs.get(step_key(s))
+        fp32 = baseline(list(configs.values()), "fp32", step_key(s)[0])
+        if config is None or fp32 is None:
+            continue
+        if fp32.key[0] not in profiles:
+            try:
+                profiles[fp32.key[0]] = profile(fp32.settings)
+            except (OSError, ValueError) as error:  # e.g. a data_dir relative to where the sweep ran
+                warnings.warn(f"no step-time prediction for model {s['model']}: it could not be built here "
+                              f"({error})", stacklevel=2)
+                profiles[fp32.key[0]] = None
+        prof = profiles[fp32.key[0]]
+        if prof is None:
+            continue
+        p = s["num_workers"]
+        scale = emulated_compute_scale(p, link["hosts"], cpu_count) if cpu_count else 1.0
+        step = plan(config, prof, fp32.compute_s, p, s["overlap"], scale)
+        wire = perfmodel.Link(link["calibrated_bps"] / 8, link.get("calibrated_latency_s") or 0.0)
+        out[record["trial_id"]] = predict_step(step, p, wire, reduce)
+    return out
 
 
 def advice(table: pd.DataFrame) -> str:

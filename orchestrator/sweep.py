@@ -440,7 +440,8 @@ def _link(emulation: Cluster | None, trial: dict[str, Any]) -> dict[str, Any] | 
         return None
     rate = trial["bandwidth"] or emulation.bandwidth
     calibration = emulation.calibrations.get(rate, {})
-    return {"hosts": emulation.hosts, "bandwidth": rate, "calibrated_bps": calibration.get("measured_bps")}
+    return {"hosts": emulation.hosts, "bandwidth": rate, "calibrated_bps": calibration.get("measured_bps"),
+            "calibrated_latency_s": calibration.get("latency_s")}
 
 
 def _error_reason(trial: Any) -> str:

@@ -40,7 +40,7 @@ MODEL_COLUMNS = ("parameters", "grad_bytes_fp32", "compressible_share")
 RESULT_COLUMNS = (
     "epochs_run", "attempts", "final_accuracy", "best_accuracy", "accuracy_delta", "time_to_accuracy_s",
     "train_time_s", "speedup_vs_fp32", "speedup_basis", "speedup_vs_16bit", "speedup_vs_16bit_basis",
-    *STEP_METRICS, *MODEL_COLUMNS, "calibrated_bps", "worker_node_ips",
+    *STEP_METRICS, *MODEL_COLUMNS, "calibrated_bps", "calibrated_latency_s", "worker_node_ips",
 )
 ID_COLUMNS = ("trial_id", "name", "status", "reason")
 # The times a speedup compares, in order of preference, and the basis each is named by.
@@ -127,6 +127,7 @@ def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = N
     trials["epochs_run"] = trials["epochs_run"].fillna(0).astype(int)
     trials["attempts"] = [r.get("attempts", 1) for r in records]  # records before attempts were counted: 1
     trials["calibrated_bps"] = [(r.get("link") or {}).get("calibrated_bps") for r in records]
+    trials["calibrated_latency_s"] = [(r.get("link") or {}).get("calibrated_latency_s") for r in records]
     trials["worker_node_ips"] = [" ".join(r.get("worker_node_ips") or []) or None for r in records]
 
     order = _compressor_order()

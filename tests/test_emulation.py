@@ -172,6 +172,8 @@ def test_calibration_measures_the_shaped_rate(cluster):
     measured = cluster.calibrations["100mbit"]
     assert 0.7 <= measured["fraction"] <= 1.1, measured
     assert measured["bytes"] == 6_250_000 and measured["repeats"] == 3
+    # a one-float all_reduce over two hosts of this machine: microseconds, not the shaped transfer's 0.5 s
+    assert 0 < measured["latency_s"] < 0.01, measured
     assert cluster.calibrations["unshaped"]["measured_bps"] > 3e8
     status = emulation.status(PREFIX)
     assert "2 hosts, links 100mbit each way" in status and "rate 100Mbit" in status
@@ -207,6 +209,7 @@ def test_a_two_worker_trial_runs_on_two_hosts_at_the_links_rate(cluster, tmp_pat
     assert set(trials["worker_node_ips"]) == {f"{SUBNET}.1 {SUBNET}.2"}
     assert (trials["bandwidth"] == "100mbit").all()
     assert trials["calibrated_bps"].tolist() == [cluster.calibrations["100mbit"]["measured_bps"]] * 2
+    assert trials["calibrated_latency_s"].tolist() == [cluster.calibrations["100mbit"]["latency_s"]] * 2
     link_s = trials["bytes_sent"] * 8 / rate_bps("100mbit")
     # Plain DDP's collectives are not observable one by one: its step cannot be shorter than its bytes take.
     assert trials.loc["fp32", "step_time_s"] >= 0.7 * link_s["fp32"]

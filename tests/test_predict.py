@@ -28,13 +28,11 @@ def test_timeline_overlap_and_serial():
     # two buckets: ready at 1 and 3 (s into backward, which takes 4), encode 0.5 each, comm 2, decode 0.25
     b = [perfmodel.Bucket(1.0, 0.5, 2.0, 0.25), perfmodel.Bucket(3.0, 0.5, 2.0, 0.25)]
     # overlap, encodes contend: f1 = 1 + 0.5 + 2 = 3.5; f2 = max(3.5, 3 + 1.0) + 2 = 6; backward 4 + 1 = 5
-    assert perfmodel.step_time(1.0, 4.0, 0.5, b, "overlap") == pytest.approx(1.0 + max(5.0, 6.25) + 0.5)
-    assert perfmodel.step_time(1.0, 4.0, 0.5, b, "serial") == pytest.approx(1.0 + 4.0 + 2 * 2.75 + 0.5)
+    assert perfmodel.step_time(1.0, 4.0, 0.5, b, overlap=True) == pytest.approx(1.0 + max(5.0, 6.25) + 0.5)
+    assert perfmodel.step_time(1.0, 4.0, 0.5, b, overlap=False) == pytest.approx(1.0 + 4.0 + 2 * 2.75 + 0.5)
     # communication hidden behind backward: the step is compute plus the encodes
     quick = [perfmodel.Bucket(1.0, 0.0, 0.1, 0.0)]
-    assert perfmodel.step_time(1.0, 4.0, 0.5, quick, "overlap") == pytest.approx(5.5)
-    with pytest.raises(ValueError, match="mode must be one of"):
-        perfmodel.step_time(1.0, 4.0, 0.5, b, "sideways")
+    assert perfmodel.step_time(1.0, 4.0, 0.5, quick, overlap=True) == pytest.approx(5.5)
 
 
 def test_speedup_bound_and_break_even():
@@ -68,20 +66,21 @@ PROFILE = Profile(fwd_s=0.001, bwd_s=0.002, opt_s=0.001,
                   params=(((64, 32), 0.002), ((64,), 0.002), ((4, 64), 0.001), ((4,), 0.001)))
 
 
-def write_folder(tmp_path, trials):
+def write_folder(tmp_path, trials, links=None):
     (tmp_path / "trials").mkdir()
     rows = []
     for i, (settings, metrics) in enumerate(trials):
         tid = f"t{i}"
         (tmp_path / "trials" / f"{tid}.json").write_text(json.dumps(
             {"trial_id": tid, "name": tid, "settings": {**SETTINGS, **settings}, "status": "ok", "reason": None,
-             "history": [], "finished_at": i}))
+             "history": [], "finished_at": i, "link": (links or {}).get(i)}))
         rows.append({"trial_id": tid, **metrics})
     pd.DataFrame(rows).to_csv(tmp_path / "trials.csv", index=False)
     return tmp_path
 
 
-ONE = {"compute_s": 0.008, "encode_s": 0.0, "decode_s": 0.0, "time_to_accuracy_s": math.nan, "step_time_s": 0.01}
+ONE = {"compute_s": 0.008, "encode_s": 0.0, "decode_s": 0.0, "exposed_comm_s": 0.0, "time_to_accuracy_s": math.nan,
+       "step_time_s": 0.01}
 
 
 def test_predict_fp32_and_qsgd_from_their_one_worker_trials(tmp_path, monkeypatch):
@@ -117,9 +116,73 @@ def test_predict_cli_writes_predictions_and_refuses_bad_input(tmp_path, capsys):
     assert "bandwidth" in capsys.readouterr().err
     assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "0"]) == 2
     assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4", "--latency", "x"]) == 2
+    for scale in ("0", "nan", "-1"):
+        assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4",
+                         "--compute_scale", scale]) == 2
+        assert "--compute_scale must be a number in (0, inf)" in capsys.readouterr().err
     assert cli.main(["predict", str(tmp_path / "none"), "--bandwidth", "1gbit", "--num_workers", "4"]) == 2
     assert cli.main(["advise", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 0
     assert "none pays" in capsys.readouterr().out
     assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 0
     saved = pd.read_csv(folder / "predictions.csv")
     assert list(saved.columns) == predict.COLUMNS and len(saved) == 1
+
+
+def test_predict_without_overlap_and_on_slower_devices(tmp_path, monkeypatch):
+    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
+    folder = write_folder(tmp_path, [({}, ONE)])
+    comm = 9488 / 1e6 + 4744 / 1e9
+    table, _ = predict.predict(folder, 8e6, 2, 0.0, overlap=False, compute_scale=2.0, prof=PROFILE)
+    fp32 = table.iloc[0]
+    # serial: fwd + bwd + comm + opt, the compute (0.008 s measured) twice as long
+    assert fp32["predicted_step_time_s"] == pytest.approx(0.016 + comm, rel=1e-9)
+    assert (bool(fp32["overlap"]), fp32["compute_scale"], fp32["compute_s"]) == (False, 2.0, pytest.approx(0.016))
+
+
+def test_a_folder_of_several_workloads_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
+    folder = write_folder(tmp_path, [({}, ONE), ({"batch_size": 16}, ONE)])
+    with pytest.raises(ValueError, match="2 different workloads"):
+        predict.predict(folder, 8e6, 2, 0.0, prof=PROFILE)
+
+
+def test_emulated_hosts_share_the_cores():
+    # 4 hosts on 2 cores: a thread each; 4 busy threads on 2 cores take twice as long, 2 do not
+    assert [predict.emulated_compute_scale(p, 4, 2) for p in (1, 2, 4)] == [1.0, 1.0, 2.0]
+    # 4 hosts on 16 cores: 4 threads each
+    assert [predict.emulated_compute_scale(p, 4, 16) for p in (2, 4)] == [1.0, 1.0]
+    assert predict.emulated_compute_scale(3, 3, 2) == 1.5
+
+
+def test_trials_on_an_emulated_cluster_are_predicted_from_their_one_worker_trials(tmp_path, monkeypatch):
+    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predict, "profile", lambda settings: PROFILE)
+    link = {"hosts": 4, "bandwidth": "8mbit", "calibrated_bps": 8e6, "calibrated_latency_s": 1e-3}
+    trials = predict.read_trials(write_folder(tmp_path, [
+        ({}, ONE),
+        ({"num_workers": 4, "overlap": False}, ONE),  # on the link
+        ({"num_workers": 2}, ONE),  # on no emulated link: not predicted
+        ({"num_workers": 2, "batch_size": 16}, ONE),  # no one-worker trial of this workload
+    ], links={1: link, 3: link}))
+    predicted = predict.trial_predictions(trials, cpu_count=2)
+    assert list(predicted) == ["t1"]
+    # serial; compute 0.008 s x 2 (4 busy hosts, one thread each, on 2 cores); ring over 4 workers:
+    # 6 messages of 1 ms, 1.5 x 9488 B at 1 MB/s, 0.75 x 9488 B reduced at 1 GB/s
+    comm = 6e-3 + 1.5 * 9488 / 1e6 + 0.75 * 9488 / 1e9
+    assert predicted["t1"]["predicted_step_time_s"] == pytest.approx(0.016 + comm, rel=1e-9)
+    assert predicted["t1"]["comm_s"] == pytest.approx(comm, rel=1e-12)
+    # the inputs may come from another folder: this one's one-worker trials are then ignored
+    (tmp_path / "inputs").mkdir()
+    others = predict.read_trials(write_folder(tmp_path / "inputs", [({}, {**ONE, "compute_s": 0.004})]))
+    again = predict.trial_predictions(trials, others, cpu_count=2)["t1"]
+    assert again["predicted_step_time_s"] == pytest.approx(0.008 + comm, rel=1e-9)
+
+
+def test_an_allreduce_hooks_device_work_is_its_one_worker_exposed_time(tmp_path, monkeypatch):
+    # fp16's cast runs inside the collective: its one-worker trial shows it as exposed time only
+    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
+    folder = write_folder(tmp_path, [({}, ONE), ({"compressor": "fp16"}, {**ONE, "exposed_comm_s": 0.002})])
+    table, _ = predict.predict(folder, 8e6, 2, 0.0, overlap=False, prof=PROFILE)
+    fp16 = table[table["compressor"] == "fp16"].iloc[0]
+    assert (fp16["encode_s"], fp16["decode_s"]) == (0.001, 0.001)
+    assert fp16["predicted_step_time_s"] == pytest.approx(0.008 + 0.002 + 4744 / 1e6 + 2372 / 1e9, rel=1e-9)

@@ -1,0 +1,112 @@
+"""Validate the performance model: predicted against measured step time on an emulated cluster.
+
+The grid (``sweeps/predictor_grid.yaml``: 2 and 4 hosts x 100 Mbit/s and 1 Gbit/s x six methods x
+overlap on/off) is predicted from the one-worker trials of another folder
+(``sweeps/predictor_inputs.yaml``, same model, same emulated cluster) and each grid trial's
+calibrated link, never from the grid's own runs (``orchestrator.predict.trial_predictions``).
+Per cell: measured and predicted median step time, the relative error, and the speedup against
+fp32 of the same workers, bandwidth and overlap, measured and predicted (its sign: faster or not).
+Twice: with the hosts sharing this machine's cores (``emulated_compute_scale``), and as if each
+host had the cores to itself (what the model assumes of a real cluster), to show what sharing costs.
+
+    sudo lowprec run sweeps/predictor_inputs.yaml --results results/predictor_inputs
+    sudo lowprec run sweeps/predictor_grid.yaml --results results/predictor_grid
+    python -m benchmarks.predictor_validation --inputs results/predictor_inputs \\
+        --grid results/predictor_grid --json validation.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from orchestrator import env_info, predict
+
+
+def cells(grid: predict.Trials, predicted: dict[str, float]) -> list[dict[str, Any]]:
+    """One row per predicted grid trial, with its speedup against the fp32 trial of its group."""
+    rows = []
+    for record, row in grid:
+        s = record["settings"]
+        if record["trial_id"] not in predicted:
+            continue
+        guess = predicted[record["trial_id"]]
+        rows.append({"configuration": predict.config_name(s), "num_workers": s["num_workers"],
+                     "bandwidth": s["bandwidth"], "overlap": bool(s["overlap"]),
+                     "measured_s": float(row["step_time_s"]), "predicted_s": guess["predicted_step_time_s"],
+                     # per phase, measured / predicted; the phases add up without overlap
+                     "phases": {phase: float(row[phase]) / guess[phase] if guess[phase] else math.nan
+                                for phase in ("compute_s", "encode_s", "comm_s", "decode_s")}})
+    groups: dict[tuple, dict[str, Any]] = {}
+    for cell in rows:
+        if cell["configuration"] == "fp32 algorithm=allreduce":
+            groups[(cell["num_workers"], cell["bandwidth"], cell["overlap"])] = cell
+    for cell in rows:
+        cell["error"] = cell["predicted_s"] / cell["measured_s"] - 1
+        base = groups.get((cell["num_workers"], cell["bandwidth"], cell["overlap"]))
+        cell["measured_speedup"] = base["measured_s"] / cell["measured_s"] if base else math.nan
+        cell["predicted_speedup"] = base["predicted_s"] / cell["predicted_s"] if base else math.nan
+    return sorted(rows, key=lambda c: (c["num_workers"], c["bandwidth"], not c["overlap"], c["configuration"]))
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    signed = [c for c in rows if not c["configuration"].startswith("fp32") and math.isfinite(c["measured_speedup"])]
+    right = [c for c in signed if (c["measured_speedup"] > 1) == (c["predicted_speedup"] > 1)]
+    return {"cells": len(rows), "median_abs_error": statistics.median(abs(c["error"]) for c in rows),
+            "sign_cells": len(signed), "sign_right": len(right), "sign_right_share": len(right) / len(signed)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", type=Path, required=True, help="results folder of the one-worker trials")
+    parser.add_argument("--grid", type=Path, required=True, help="results folder of the grid")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args(argv)
+    grid, inputs = predict.read_trials(args.grid), predict.read_trials(args.inputs)
+    cpu_count = json.loads((args.grid / "environment.json").read_text())["cpu_count"]
+    runs = {"shared cores": cells(grid, predict.trial_predictions(grid, inputs, cpu_count=cpu_count)),
+            "own cores": cells(grid, predict.trial_predictions(grid, inputs))}
+    shared = runs["shared cores"]
+    own = {(c["configuration"], c["num_workers"], c["bandwidth"], c["overlap"]): c for c in runs["own cores"]}
+    print("| hosts | bandwidth | overlap | configuration | measured (ms) | predicted (ms) | error | speedup "
+          "measured | predicted | error, own cores |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for c in shared:
+        alone = own[(c["configuration"], c["num_workers"], c["bandwidth"], c["overlap"])]
+        print(f"| {c['num_workers']} | {c['bandwidth']} | {'on' if c['overlap'] else 'off'} | {c['configuration']} "
+              f"| {c['measured_s'] * 1e3:.0f} | {c['predicted_s'] * 1e3:.0f} | {c['error']:+.0%} "
+              f"| {c['measured_speedup']:.2f}x | {c['predicted_speedup']:.2f}x | {alone['error']:+.0%} |")
+    print("\nWithout overlap the phases add up; measured / predicted per phase (shared cores), median over "
+          "the compressed configurations (sra):")
+    print("| hosts | bandwidth | compute | encode | comm | decode |")
+    print("|---|---|---|---|---|---|")
+    for hosts in sorted({c["num_workers"] for c in shared}):
+        for bandwidth in sorted({c["bandwidth"] for c in shared}):
+            part = [c for c in shared if c["num_workers"] == hosts and c["bandwidth"] == bandwidth
+                    and not c["overlap"] and "algorithm=sra" in c["configuration"]]
+            if part:
+                ratio = {k: statistics.median(c["phases"][k] for c in part) for k in part[0]["phases"]}
+                print(f"| {hosts} | {bandwidth} | {ratio['compute_s']:.2f} | {ratio['encode_s']:.2f} | "
+                      f"{ratio['comm_s']:.2f} | {ratio['decode_s']:.2f} |")
+    figures = {name: summary(rows) for name, rows in runs.items()}
+    by_group = {}
+    for hosts in sorted({c["num_workers"] for c in shared}):
+        for bandwidth in sorted({c["bandwidth"] for c in shared}):
+            part = [c for c in shared if c["num_workers"] == hosts and c["bandwidth"] == bandwidth]
+            if part:
+                by_group[f"{hosts} hosts {bandwidth}"] = summary(part)
+    for name, fig in {**figures, **by_group}.items():
+        print(f"{name}: median |error| {fig['median_abs_error']:.1%} over {fig['cells']} cells; speedup sign right "
+              f"in {fig['sign_right']} of {fig['sign_cells']} ({fig['sign_right_share']:.0%})")
+    if args.json:
+        args.json.write_text(json.dumps({"environment": env_info.collect(), "inputs": str(args.inputs),
+                                         "grid": str(args.grid), "summary": figures, "by_group": by_group,
+                                         "cells": runs}, indent=1))
+        print(f"saved {args.json}")
+
+
+if __name__ == "__main__":
+    main()
