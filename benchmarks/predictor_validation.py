@@ -34,7 +34,7 @@ def cells(grid: predict.Trials, predicted: dict[str, float]) -> list[dict[str, A
         if record["trial_id"] not in predicted:
             continue
         guess = predicted[record["trial_id"]]
-        rows.append({"configuration": predict.config_name(s), "num_workers": s["num_workers"],
+        rows.append({"configuration": predict.config_name(s), "compressor": s["compressor"], "num_workers": s["num_workers"],
                      "bandwidth": s["bandwidth"], "overlap": bool(s["overlap"]),
                      "measured_s": float(row["step_time_s"]), "predicted_s": guess["predicted_step_time_s"],
                      # per phase, measured / predicted; the phases add up without overlap
@@ -42,7 +42,7 @@ def cells(grid: predict.Trials, predicted: dict[str, float]) -> list[dict[str, A
                                 for phase in ("compute_s", "encode_s", "comm_s", "decode_s")}})
     groups: dict[tuple, dict[str, Any]] = {}
     for cell in rows:
-        if cell["configuration"] == "fp32 algorithm=allreduce":
+        if cell["compressor"] == "fp32":
             groups[(cell["num_workers"], cell["bandwidth"], cell["overlap"])] = cell
     for cell in rows:
         cell["error"] = cell["predicted_s"] / cell["measured_s"] - 1
@@ -53,7 +53,7 @@ def cells(grid: predict.Trials, predicted: dict[str, float]) -> list[dict[str, A
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    signed = [c for c in rows if not c["configuration"].startswith("fp32") and math.isfinite(c["measured_speedup"])]
+    signed = [c for c in rows if c["compressor"] != "fp32" and math.isfinite(c["measured_speedup"])]
     right = [c for c in signed if (c["measured_speedup"] > 1) == (c["predicted_speedup"] > 1)]
     return {"cells": len(rows), "median_abs_error": statistics.median(abs(c["error"]) for c in rows),
             "sign_cells": len(signed), "sign_right": len(right), "sign_right_share": len(right) / len(signed)}

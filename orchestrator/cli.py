@@ -163,12 +163,12 @@ def _cluster(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from compressors.params import RATE, Param, rate_bps
+    from compressors.params import rate_bps
 
     from . import predict
+    from .settings import param
 
-    rate = Param("bandwidth", None, RATE)
-    problem = rate.problem(args.bandwidth)
+    problem = param("bandwidth").problem(args.bandwidth)
     if problem:
         print(f"error: --bandwidth {problem}, got {args.bandwidth!r}", file=sys.stderr)
         return 2

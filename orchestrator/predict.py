@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 import torch
+import torch.distributed as dist
 
 import compressors
 import workloads
@@ -41,7 +42,6 @@ from .labels import config_label
 from .profile import Profile, profile
 from .records import read_records
 
-FIRST_BUCKET_BYTES = 1024 * 1024  # DDP's first bucket (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES)
 DEFAULT_BUCKET_CAP_MB = 25
 CAST_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
 COLUMNS = ["configuration", "compressor", "algorithm", "num_workers", "bandwidth_bps", "latency_s", "overlap",
@@ -155,19 +155,15 @@ def reduce_bps(numel: int = 1 << 22, repeats: int = 5) -> float:
 
 
 def buckets_of(shapes: list[tuple[int, ...]], bucket_cap_mb: float | None) -> list[list[int]]:
-    """DDP's buckets as parameter indices, in the order they are reduced: parameters in reverse,
-    a bucket closed once it holds at least its limit (1 MiB for the first, then the cap), as
-    torch's compute_bucket_assignment_by_size does."""
-    cap = (bucket_cap_mb or DEFAULT_BUCKET_CAP_MB) * 1024 * 1024
-    out: list[list[int]] = [[]]
-    size, limit = 0, FIRST_BUCKET_BYTES
-    for i in reversed(range(len(shapes))):
-        out[-1].append(i)
-        size += 4 * math.prod(shapes[i])
-        if size >= limit:
-            out.append([])
-            size, limit = 0, cap
-    return [b for b in out if b]
+    """DDP's buckets as parameter indices, in the order they are reduced: torch's own assignment
+    over the parameters in reverse (the gradient order DDP rebuilds its buckets in after the first
+    step), 1 MiB for the first bucket, then the cap."""
+    cap = int((bucket_cap_mb or DEFAULT_BUCKET_CAP_MB) * 1024 * 1024)
+    last = len(shapes) - 1
+    grads = [torch.empty(shapes[last - j], device="meta") for j in range(len(shapes))]
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, cap]
+    indices, _ = dist._compute_bucket_assignment_by_size(grads, limits, [False] * len(grads))
+    return [[last - j for j in bucket] for bucket in indices]
 
 
 # One bucket's traffic: (collective, bytes) in the order they run; bytes are what perfmodel's cost
@@ -319,7 +315,7 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None,
                if r["settings"]["num_workers"] > 1 and (r.get("link") or {}).get("calibrated_bps")]
     configs = {c.key: c for c in configurations(inputs if inputs is not None else trials)[0]} if targets else {}
     profiles: dict[str, Profile | None] = {}
-    reduce = reduce_bps() if configs else math.nan
+    reduce = None
     out = {}
     for record, link in targets:
         s = record["settings"]
@@ -341,6 +337,7 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None,
         scale = emulated_compute_scale(p, link["hosts"], cpu_count) if cpu_count else 1.0
         step = plan(config, prof, fp32.compute_s, p, s["overlap"], scale)
         wire = perfmodel.Link(link["calibrated_bps"] / 8, link.get("calibrated_latency_s") or 0.0)
+        reduce = reduce_bps() if reduce is None else reduce
         out[record["trial_id"]] = predict_step(step, p, wire, reduce)
     return out
 
