@@ -6,13 +6,16 @@ overlap on/off) is predicted from the one-worker trials of another folder
 calibrated link, never from the grid's own runs (``orchestrator.predict.trial_predictions``).
 Per cell: measured and predicted median step time, the relative error, and the speedup against
 fp32 of the same workers, bandwidth and overlap, measured and predicted (its sign: faster or not).
-Twice: with the hosts sharing this machine's cores (``emulated_compute_scale``), and as if each
-host had the cores to itself (what the model assumes of a real cluster), to show what sharing costs.
+With the hosts sharing this machine's cores as the model guesses (``emulated_compute_scale``), as if
+each host had the cores to itself (what the model assumes of a real cluster), and, with
+``--contention`` (``benchmarks/host_contention.py``'s figures: the one-worker trials run k at once),
+with the sharing measured; the table and per-phase ratios are of the last given.
 
     sudo lowprec run sweeps/predictor_inputs.yaml --results results/predictor_inputs
     sudo lowprec run sweeps/predictor_grid.yaml --results results/predictor_grid
+    python -m benchmarks.host_contention --inputs results/predictor_inputs --json contention.json
     python -m benchmarks.predictor_validation --inputs results/predictor_inputs \\
-        --grid results/predictor_grid --json validation.json
+        --grid results/predictor_grid --contention contention.json --json validation.json
 """
 from __future__ import annotations
 
@@ -24,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import env_info, predict
+
+
+PHASES = ("compute_s", "encode_s", "comm_s", "decode_s")
 
 
 def cells(grid: predict.Trials, predicted: dict[str, float]) -> list[dict[str, Any]]:
@@ -39,7 +45,8 @@ def cells(grid: predict.Trials, predicted: dict[str, float]) -> list[dict[str, A
                      "measured_s": float(row["step_time_s"]), "predicted_s": guess["predicted_step_time_s"],
                      # per phase, measured / predicted; the phases add up without overlap
                      "phases": {phase: float(row[phase]) / guess[phase] if guess[phase] else math.nan
-                                for phase in ("compute_s", "encode_s", "comm_s", "decode_s")}})
+                                for phase in PHASES},
+                     "comm_excess_s": float(row["comm_s"]) - guess["comm_s"]})
     groups: dict[tuple, dict[str, Any]] = {}
     for cell in rows:
         if cell["compressor"] == "fp32":
@@ -50,6 +57,21 @@ def cells(grid: predict.Trials, predicted: dict[str, float]) -> list[dict[str, A
         cell["measured_speedup"] = base["measured_s"] / cell["measured_s"] if base else math.nan
         cell["predicted_speedup"] = base["predicted_s"] / cell["predicted_s"] if base else math.nan
     return sorted(rows, key=lambda c: (c["num_workers"], c["bandwidth"], not c["overlap"], c["configuration"]))
+
+
+def measured_scales(contention: dict[str, Any]) -> dict[tuple[tuple[str, str], int], predict.DeviceScale]:
+    """``host_contention``'s factors as device scales by (configuration key, workers). An allreduce
+    hook's encode and decode are its one-worker exposed time (``predict.plan``): they scale as it does."""
+    def factor(value: float) -> float:
+        return value if math.isfinite(value) else 1.0  # a phase the configuration does not have
+
+    scales = {}
+    for row in contention["configurations"]:
+        allreduce = "algorithm=allreduce" in row["configuration"]
+        for count, f in row["factors"].items():
+            codec = (f["exposed_comm_s"],) * 2 if allreduce else (f["encode_s"], f["decode_s"])
+            scales[tuple(row["key"]), int(count)] = predict.DeviceScale(*map(factor, (f["compute_s"], *codec)))
+    return scales
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -63,13 +85,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", type=Path, required=True, help="results folder of the one-worker trials")
     parser.add_argument("--grid", type=Path, required=True, help="results folder of the grid")
+    parser.add_argument("--contention", type=Path, help="benchmarks/host_contention.py's JSON: measured sharing")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
     grid, inputs = predict.read_trials(args.grid), predict.read_trials(args.inputs)
     cpu_count = json.loads((args.grid / "environment.json").read_text())["cpu_count"]
     runs = {"shared cores": cells(grid, predict.trial_predictions(grid, inputs, cpu_count=cpu_count)),
             "own cores": cells(grid, predict.trial_predictions(grid, inputs))}
-    shared = runs["shared cores"]
+    if args.contention:
+        scales = measured_scales(json.loads(args.contention.read_text()))
+        runs["measured sharing"] = cells(grid, predict.trial_predictions(grid, inputs, scales=scales))
+    shared = runs["measured sharing" if args.contention else "shared cores"]
     own = {(c["configuration"], c["num_workers"], c["bandwidth"], c["overlap"]): c for c in runs["own cores"]}
     print("| hosts | bandwidth | overlap | configuration | measured (ms) | predicted (ms) | error | speedup "
           "measured | predicted | error, own cores |")
@@ -79,18 +105,19 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {c['num_workers']} | {c['bandwidth']} | {'on' if c['overlap'] else 'off'} | {c['configuration']} "
               f"| {c['measured_s'] * 1e3:.0f} | {c['predicted_s'] * 1e3:.0f} | {c['error']:+.0%} "
               f"| {c['measured_speedup']:.2f}x | {c['predicted_speedup']:.2f}x | {alone['error']:+.0%} |")
-    print("\nWithout overlap the phases add up; measured / predicted per phase (shared cores), median over "
-          "the compressed configurations (sra):")
-    print("| hosts | bandwidth | compute | encode | comm | decode |")
-    print("|---|---|---|---|---|---|")
+    print(f"\nWithout overlap the phases add up; measured / predicted per phase "
+          f"({'measured sharing' if args.contention else 'shared cores'}), median over the compressed configurations (sra):")
+    print("| hosts | bandwidth | compute | encode | comm | decode | comm - predicted (ms) |")
+    print("|---|---|---|---|---|---|---|")
     for hosts in sorted({c["num_workers"] for c in shared}):
         for bandwidth in sorted({c["bandwidth"] for c in shared}):
             part = [c for c in shared if c["num_workers"] == hosts and c["bandwidth"] == bandwidth
                     and not c["overlap"] and "algorithm=sra" in c["configuration"]]
             if part:
-                ratio = {k: statistics.median(c["phases"][k] for c in part) for k in part[0]["phases"]}
+                ratio = {k: statistics.median(c["phases"][k] for c in part) for k in PHASES}
+                excess = statistics.median(c["comm_excess_s"] for c in part)
                 print(f"| {hosts} | {bandwidth} | {ratio['compute_s']:.2f} | {ratio['encode_s']:.2f} | "
-                      f"{ratio['comm_s']:.2f} | {ratio['decode_s']:.2f} |")
+                      f"{ratio['comm_s']:.2f} | {ratio['decode_s']:.2f} | {excess * 1e3:.0f} |")
     figures = {name: summary(rows) for name, rows in runs.items()}
     by_group = {}
     for hosts in sorted({c["num_workers"] for c in shared}):
@@ -103,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
               f"in {fig['sign_right']} of {fig['sign_cells']} ({fig['sign_right_share']:.0%})")
     if args.json:
         args.json.write_text(json.dumps({"environment": env_info.collect(), "inputs": str(args.inputs),
-                                         "grid": str(args.grid), "summary": figures, "by_group": by_group,
+                                         "grid": str(args.grid), "contention": str(args.contention), "summary": figures, "by_group": by_group,
                                          "cells": runs}, indent=1))
         print(f"saved {args.json}")
 

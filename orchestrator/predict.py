@@ -25,6 +25,7 @@ import math
 import re
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -216,12 +217,27 @@ class Plan:
     overlap: bool
 
 
-def plan(config: Config, prof: Profile, compute_s: float, p: int, overlap: bool, compute_scale: float = 1.0) -> Plan:
-    """``compute_s``: the one-worker step's compute (fp32's), split as ``prof`` says; ``compute_scale``
-    multiplies it and the encode and decode times (the target's devices against the measured one)."""
+@dataclass(frozen=True)
+class DeviceScale:
+    """How much longer than in its one-worker trial a worker's device work takes on the target: its
+    compute (forward, backward, optimizer), its encodes and its decodes (the target's devices against
+    the measured one, or hosts sharing one machine: ``benchmarks/host_contention.py`` measures them)."""
+    compute: float = 1.0
+    encode: float = 1.0
+    decode: float = 1.0
+
+    @classmethod
+    def uniform(cls, scale: float) -> "DeviceScale":
+        return cls(scale, scale, scale)
+
+
+def plan(config: Config, prof: Profile, compute_s: float, p: int, overlap: bool,
+         scale: DeviceScale = DeviceScale()) -> Plan:
+    """``compute_s``: the one-worker step's compute (fp32's), split as ``prof`` says, times ``scale.compute``;
+    the configuration's encode and decode times ``scale.encode`` and ``scale.decode``."""
     s = config.settings
     shapes = [shape for shape, _ in prof.params]
-    scale = compute_s * compute_scale / (prof.fwd_s + prof.bwd_s + prof.opt_s)
+    per_profiled = compute_s * scale.compute / (prof.fwd_s + prof.bwd_s + prof.opt_s)
     compressible = [math.prod(x) if math.prod(x) >= s["min_compress_numel"] else 0 for x in shapes]
     total = sum(compressible) or 1
     encode, decode = config.encode_s, config.decode_s
@@ -229,7 +245,7 @@ def plan(config: Config, prof: Profile, compute_s: float, p: int, overlap: bool,
         # The cast and copies run inside the collective, so the hook times no encode or decode; in a
         # world of one the collective moves nothing, and what it took is that device work.
         encode = decode = config.exposed_comm_s / 2
-    encode, decode = encode * compute_scale, decode * compute_scale
+    encode, decode = encode * scale.encode, decode * scale.decode
     if s["algorithm"] == "sra":
         encode *= (1 + 1 / p) / 2
     elif s["algorithm"] == "allgather":
@@ -237,9 +253,10 @@ def plan(config: Config, prof: Profile, compute_s: float, p: int, overlap: bool,
     buckets = []
     for idx in buckets_of(shapes, s["bucket_cap_mb"]):
         share = sum(compressible[i] for i in idx) / total
-        ready = max(prof.params[i][1] for i in idx) * scale
+        ready = max(prof.params[i][1] for i in idx) * per_profiled
         buckets.append((ready, encode * share, decode * share, bucket_traffic(config, [shapes[i] for i in idx], p)))
-    return Plan(prof.fwd_s * scale, prof.bwd_s * scale, prof.opt_s * scale, buckets, encode, decode, overlap)
+    return Plan(prof.fwd_s * per_profiled, prof.bwd_s * per_profiled, prof.opt_s * per_profiled, buckets, encode,
+                decode, overlap)
 
 
 def predict_step(step: Plan, p: int, link: perfmodel.Link, reduce: float) -> dict[str, float]:
@@ -268,7 +285,8 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     prof = prof or profile(fp32.settings)
     reduce = reduce_bps()
     steps = steps_to_target(trials)
-    plans = {c.key: plan(c, prof, fp32.compute_s, num_workers, overlap, compute_scale) for c in configs}
+    plans = {c.key: plan(c, prof, fp32.compute_s, num_workers, overlap, DeviceScale.uniform(compute_scale))
+             for c in configs}
 
     def step_at(config: Config, bps: float) -> dict[str, float]:
         return predict_step(plans[config.key], num_workers, perfmodel.Link(bps / 8, latency_s), reduce)
@@ -305,12 +323,15 @@ def emulated_compute_scale(num_workers: int, hosts: int, cpu_count: int) -> floa
     return max(1.0, num_workers * threads / cpu_count)
 
 
-def trial_predictions(trials: Trials, inputs: Trials | None = None,
-                      cpu_count: int | None = None) -> dict[str, dict[str, float]]:
+def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: int | None = None,
+                      scales: Mapping[tuple[tuple[str, str], int], DeviceScale] | None = None,
+                      ) -> dict[str, dict[str, float]]:
     """The predicted step (``predict_step``) of each multi-worker trial run on an emulated cluster (its workers,
     its overlap, its calibrated link's goodput and latency), by trial_id, from the one-worker trials
     of ``inputs`` (default: ``trials``) of the same workload and configuration; trials without
-    them are left out. ``cpu_count``: the machine's cores, for ``emulated_compute_scale``."""
+    them are left out. The device: ``scales`` by (``step_key``, workers) where given (measured;
+    trials it lacks are left out), else ``emulated_compute_scale`` from ``cpu_count``, the machine's
+    cores, else as measured alone."""
     targets = [(r, r["link"]) for r, _ in trials
                if r["settings"]["num_workers"] > 1 and (r.get("link") or {}).get("calibrated_bps")]
     configs = {c.key: c for c in configurations(inputs if inputs is not None else trials)[0]} if targets else {}
@@ -334,7 +355,12 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None,
         if prof is None:
             continue
         p = s["num_workers"]
-        scale = emulated_compute_scale(p, link["hosts"], cpu_count) if cpu_count else 1.0
+        if scales is not None:
+            if (config.key, p) not in scales:
+                continue
+            scale = scales[config.key, p]
+        else:
+            scale = DeviceScale.uniform(emulated_compute_scale(p, link["hosts"], cpu_count) if cpu_count else 1.0)
         step = plan(config, prof, fp32.compute_s, p, s["overlap"], scale)
         wire = perfmodel.Link(link["calibrated_bps"] / 8, link.get("calibrated_latency_s") or 0.0)
         reduce = reduce_bps() if reduce is None else reduce

@@ -178,6 +178,31 @@ def test_trials_on_an_emulated_cluster_are_predicted_from_their_one_worker_trial
     assert again["predicted_step_time_s"] == pytest.approx(0.008 + comm, rel=1e-9)
 
 
+def test_measured_device_scales_replace_the_guess_phase_by_phase(tmp_path, monkeypatch):
+    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predict, "profile", lambda settings: PROFILE)
+    link = {"hosts": 4, "bandwidth": "8mbit", "calibrated_bps": 8e6, "calibrated_latency_s": 0.0}
+    qsgd = {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}
+    trials = predict.read_trials(write_folder(tmp_path, [
+        ({}, ONE),
+        ({**qsgd}, {**ONE, "encode_s": 0.002, "decode_s": 0.001}),
+        ({**qsgd, "num_workers": 2, "overlap": False}, ONE),
+        ({**qsgd, "num_workers": 4, "overlap": False}, ONE),  # no scale measured for 4 workers: left out
+    ], links={2: link, 3: link}))
+    key = predict.step_key(trials[1][0]["settings"])
+    scales = {(key, 2): predict.DeviceScale(compute=1.5, encode=2.0, decode=3.0)}
+    predicted = predict.trial_predictions(trials, scales=scales)
+    assert list(predicted) == ["t2"]
+    step = predicted["t2"]
+    # fp32's one-worker compute x 1.5; the encodes x 2 (then sra's n + n/p of 2n), the decodes x 3
+    assert step["compute_s"] == pytest.approx(0.008 * 1.5, rel=1e-12)
+    assert step["encode_s"] == pytest.approx(0.002 * 2.0 * 0.75, rel=1e-12)
+    assert step["decode_s"] == pytest.approx(0.001 * 3.0, rel=1e-12)
+    assert step["predicted_step_time_s"] == pytest.approx(0.012 + 0.003 + 0.003 + step["comm_s"], rel=1e-9)
+    guessed = predict.trial_predictions(trials, cpu_count=2)["t2"]  # 2 hosts of one thread on 2 cores: 1x
+    assert (guessed["compute_s"], guessed["decode_s"]) == (pytest.approx(0.008), pytest.approx(0.001))
+
+
 def test_an_allreduce_hooks_device_work_is_its_one_worker_exposed_time(tmp_path, monkeypatch):
     # fp16's cast runs inside the collective: its one-worker trial shows it as exposed time only
     monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
@@ -186,3 +211,24 @@ def test_an_allreduce_hooks_device_work_is_its_one_worker_exposed_time(tmp_path,
     fp16 = table[table["compressor"] == "fp16"].iloc[0]
     assert (fp16["encode_s"], fp16["decode_s"]) == (0.001, 0.001)
     assert fp16["predicted_step_time_s"] == pytest.approx(0.008 + 0.002 + 4744 / 1e6 + 2372 / 1e9, rel=1e-9)
+
+
+def test_contention_factors_become_device_scales():
+    from benchmarks import host_contention, predictor_validation
+
+    alone = {"step_time_s": 0.04, "compute_s": 0.02, "encode_s": 0.01, "decode_s": 0.005, "exposed_comm_s": 0.0}
+    busy = {"step_time_s": 0.1, "compute_s": 0.03, "encode_s": 0.02, "decode_s": 0.02, "exposed_comm_s": 0.0}
+    factors = host_contention.factors({1: alone, 2: busy})
+    assert factors[2]["compute_s"] == pytest.approx(1.5) and factors[2]["decode_s"] == pytest.approx(4.0)
+    assert math.isnan(factors[2]["exposed_comm_s"])  # nothing alone: no factor
+    fp16 = {**factors[2], "exposed_comm_s": 3.0}
+    scales = predictor_validation.measured_scales({"configurations": [
+        {"configuration": "qsgd bits=4 algorithm=sra", "key": ["w", "qsgd"], "factors": {"2": factors[2]}},
+        {"configuration": "fp16 algorithm=allreduce", "key": ["w", "fp16"], "factors": {"2": fp16}}]})
+    assert scales[("w", "qsgd"), 2] == predict.DeviceScale(compute=1.5, encode=2.0, decode=4.0)
+    # an allreduce hook's encode and decode are its one-worker exposed time: they take its factor
+    assert scales[("w", "fp16"), 2] == predict.DeviceScale(compute=1.5, encode=3.0, decode=3.0)
+    # plain DDP has no exposed time alone (NaN factor): its encode and decode, zero anyway, stay 1x
+    fp32 = predictor_validation.measured_scales({"configurations": [
+        {"configuration": "fp32 algorithm=allreduce", "key": ["w", "fp32"], "factors": {"2": factors[2]}}]})
+    assert fp32[("w", "fp32"), 2] == predict.DeviceScale(compute=1.5, encode=1.0, decode=1.0)
