@@ -195,7 +195,7 @@ def test_a_two_worker_trial_runs_on_two_hosts_at_the_links_rate(cluster, tmp_pat
         name: emu-root
         workload: {model: mlp, width: 512, depth: 2, epochs: 1, max_steps_per_epoch: 4, target_accuracy: 0.5}
         cluster: {cpus_per_worker: 0.49}
-        sweep: {num_workers: 2, bandwidth: 100mbit, compressor: [fp32, fp16]}
+        sweep: {num_workers: 2, bandwidth: 100mbit, compressor: fp16}
         baselines: false
         """))
     results = tmp_path / "results"
@@ -204,16 +204,15 @@ def test_a_two_worker_trial_runs_on_two_hosts_at_the_links_rate(cluster, tmp_pat
                            "--address", cluster.address], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    trials = pd.read_csv(results / "trials.csv").set_index("compressor")
-    assert (trials["status"] == "ok").all()
-    assert set(trials["worker_node_ips"]) == {f"{SUBNET}.1 {SUBNET}.2"}
-    assert (trials["bandwidth"] == "100mbit").all()
-    assert trials["calibrated_bps"].tolist() == [cluster.calibrations["100mbit"]["measured_bps"]] * 2
-    assert trials["calibrated_latency_s"].tolist() == [cluster.calibrations["100mbit"]["latency_s"]] * 2
-    link_s = trials["bytes_sent"] * 8 / rate_bps("100mbit")
-    # Plain DDP's collectives are not observable one by one: its step cannot be shorter than its bytes take.
-    assert trials.loc["fp32", "step_time_s"] >= 0.7 * link_s["fp32"]
-    assert trials.loc["fp16", "comm_s"] >= 0.7 * link_s["fp16"]
+    # One trial (each costs ~25 s of Ray start-up here): fp16's hook times its collectives, so its
+    # communication shows the shaped rate; plain DDP's is not observable one by one.
+    (trial,) = pd.read_csv(results / "trials.csv").to_dict("records")
+    assert trial["status"] == "ok" and trial["compressor"] == "fp16"
+    assert trial["worker_node_ips"] == f"{SUBNET}.1 {SUBNET}.2"
+    assert trial["bandwidth"] == "100mbit"
+    assert trial["calibrated_bps"] == cluster.calibrations["100mbit"]["measured_bps"]
+    assert trial["calibrated_latency_s"] == cluster.calibrations["100mbit"]["latency_s"]
+    assert trial["comm_s"] >= 0.7 * trial["bytes_sent"] * 8 / rate_bps("100mbit")
     environment = (results / "environment.json").read_text()
     assert '"emulation"' in environment and '"100mbit"' in environment
 
