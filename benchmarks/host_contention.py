@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     out: dict[str, Any] = {"environment": env_info.collect(), "inputs": str(args.inputs), "threads": threads,
                            "steps": args.steps, "world": args.world,
                            "configurations": []}
-    print(f"| configuration | phase | alone (ms) | " + " | ".join(f"{k} busy" for k in counts[1:]) + " |")
+    print("| configuration | phase | alone (ms) | " + " | ".join(f"{k} busy" for k in counts[1:]) + " |")
     print("|---|---|---|" + "---|" * len(counts[1:]))
     for config in configs:
         settings = {**config.settings, "epochs": 1, "max_steps_per_epoch": args.steps, "target_accuracy": None}
