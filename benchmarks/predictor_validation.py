@@ -40,7 +40,8 @@ def cells(grid: predict.Trials, predicted: dict[str, float]) -> list[dict[str, A
         if record["trial_id"] not in predicted:
             continue
         guess = predicted[record["trial_id"]]
-        rows.append({"configuration": predict.config_name(s), "compressor": s["compressor"], "num_workers": s["num_workers"],
+        rows.append({"configuration": predict.config_name(s), "compressor": s["compressor"],
+                     "algorithm": s["algorithm"], "num_workers": s["num_workers"],
                      "bandwidth": s["bandwidth"], "overlap": bool(s["overlap"]),
                      "measured_s": float(row["step_time_s"]), "predicted_s": guess["predicted_step_time_s"],
                      # per phase, measured / predicted; the phases add up without overlap
@@ -59,18 +60,24 @@ def cells(grid: predict.Trials, predicted: dict[str, float]) -> list[dict[str, A
     return sorted(rows, key=lambda c: (c["num_workers"], c["bandwidth"], not c["overlap"], c["configuration"]))
 
 
-def measured_scales(contention: dict[str, Any]) -> dict[tuple[tuple[str, str], int], predict.DeviceScale]:
-    """``host_contention``'s factors as device scales by (configuration key, workers). An allreduce
-    hook's encode and decode are its one-worker exposed time (``predict.plan``): they scale as it does."""
+def measured_scales(contention: dict[str, Any], configs: list[predict.Config],
+                    ) -> dict[tuple[tuple[str, str], int], predict.DeviceScale]:
+    """``host_contention``'s factors as device scales by (configuration key, workers), for the
+    configurations of ``configs`` it measured. An allreduce hook's encode and decode are its one-worker
+    exposed time (``predict.plan``): they scale as it does."""
     def factor(value: float) -> float:
         return value if math.isfinite(value) else 1.0  # a phase the configuration does not have
 
+    algorithm = {c.key: c.settings["algorithm"] for c in configs}
     scales = {}
     for row in contention["configurations"]:
-        allreduce = "algorithm=allreduce" in row["configuration"]
+        key = tuple(row["key"])
+        if key not in algorithm:
+            continue
+        allreduce = algorithm[key] == "allreduce"
         for count, f in row["factors"].items():
             codec = (f["exposed_comm_s"],) * 2 if allreduce else (f["encode_s"], f["decode_s"])
-            scales[tuple(row["key"]), int(count)] = predict.DeviceScale(*map(factor, (f["compute_s"], *codec)))
+            scales[key, int(count)] = predict.DeviceScale(*map(factor, (f["compute_s"], *codec)))
     return scales
 
 
@@ -93,9 +100,10 @@ def main(argv: list[str] | None = None) -> None:
     runs = {"shared cores": cells(grid, predict.trial_predictions(grid, inputs, cpu_count=cpu_count)),
             "own cores": cells(grid, predict.trial_predictions(grid, inputs))}
     if args.contention:
-        scales = measured_scales(json.loads(args.contention.read_text()))
+        scales = measured_scales(json.loads(args.contention.read_text()), predict.configurations(inputs)[0])
         runs["measured sharing"] = cells(grid, predict.trial_predictions(grid, inputs, scales=scales))
-    shared = runs["measured sharing" if args.contention else "shared cores"]
+    primary = "measured sharing" if args.contention else "shared cores"
+    shared = runs[primary]
     own = {(c["configuration"], c["num_workers"], c["bandwidth"], c["overlap"]): c for c in runs["own cores"]}
     print("| hosts | bandwidth | overlap | configuration | measured (ms) | predicted (ms) | error | speedup "
           "measured | predicted | error, own cores |")
@@ -105,14 +113,14 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {c['num_workers']} | {c['bandwidth']} | {'on' if c['overlap'] else 'off'} | {c['configuration']} "
               f"| {c['measured_s'] * 1e3:.0f} | {c['predicted_s'] * 1e3:.0f} | {c['error']:+.0%} "
               f"| {c['measured_speedup']:.2f}x | {c['predicted_speedup']:.2f}x | {alone['error']:+.0%} |")
-    print(f"\nWithout overlap the phases add up; measured / predicted per phase "
-          f"({'measured sharing' if args.contention else 'shared cores'}), median over the compressed configurations (sra):")
+    print(f"\nWithout overlap the phases add up; measured / predicted per phase ({primary}), median over the "
+          "compressed configurations (sra):")
     print("| hosts | bandwidth | compute | encode | comm | decode | comm - predicted (ms) |")
     print("|---|---|---|---|---|---|---|")
     for hosts in sorted({c["num_workers"] for c in shared}):
         for bandwidth in sorted({c["bandwidth"] for c in shared}):
             part = [c for c in shared if c["num_workers"] == hosts and c["bandwidth"] == bandwidth
-                    and not c["overlap"] and "algorithm=sra" in c["configuration"]]
+                    and not c["overlap"] and c["algorithm"] == "sra"]
             if part:
                 ratio = {k: statistics.median(c["phases"][k] for c in part) for k in PHASES}
                 excess = statistics.median(c["comm_excess_s"] for c in part)
@@ -130,8 +138,9 @@ def main(argv: list[str] | None = None) -> None:
               f"in {fig['sign_right']} of {fig['sign_cells']} ({fig['sign_right_share']:.0%})")
     if args.json:
         args.json.write_text(json.dumps({"environment": env_info.collect(), "inputs": str(args.inputs),
-                                         "grid": str(args.grid), "contention": str(args.contention), "summary": figures, "by_group": by_group,
-                                         "cells": runs}, indent=1))
+                                         "grid": str(args.grid),
+                                         "contention": str(args.contention) if args.contention else None,
+                                         "summary": figures, "by_group": by_group, "cells": runs}, indent=1))
         print(f"saved {args.json}")
 
 

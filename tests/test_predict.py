@@ -222,13 +222,18 @@ def test_contention_factors_become_device_scales():
     assert factors[2]["compute_s"] == pytest.approx(1.5) and factors[2]["decode_s"] == pytest.approx(4.0)
     assert math.isnan(factors[2]["exposed_comm_s"])  # nothing alone: no factor
     fp16 = {**factors[2], "exposed_comm_s": 3.0}
+    qsgd, half, plain = (predict.Config(name, {**SETTINGS, **settings}, 0.0, 0.0, 0.0, 0.0) for name, settings in [
+        ("qsgd", {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}),
+        ("fp16", {"compressor": "fp16"}), ("fp32", {})])
     scales = predictor_validation.measured_scales({"configurations": [
-        {"configuration": "qsgd bits=4 algorithm=sra", "key": ["w", "qsgd"], "factors": {"2": factors[2]}},
-        {"configuration": "fp16 algorithm=allreduce", "key": ["w", "fp16"], "factors": {"2": fp16}}]})
-    assert scales[("w", "qsgd"), 2] == predict.DeviceScale(compute=1.5, encode=2.0, decode=4.0)
+        {"configuration": "qsgd", "key": list(qsgd.key), "factors": {"2": factors[2]}},
+        {"configuration": "fp16", "key": list(half.key), "factors": {"2": fp16}},
+        {"configuration": "other", "key": ["w", "other"], "factors": {"2": fp16}}]}, [qsgd, half])
+    assert set(scales) == {(qsgd.key, 2), (half.key, 2)}  # only the configurations asked for
+    assert scales[qsgd.key, 2] == predict.DeviceScale(compute=1.5, encode=2.0, decode=4.0)
     # an allreduce hook's encode and decode are its one-worker exposed time: they take its factor
-    assert scales[("w", "fp16"), 2] == predict.DeviceScale(compute=1.5, encode=3.0, decode=3.0)
+    assert scales[half.key, 2] == predict.DeviceScale(compute=1.5, encode=3.0, decode=3.0)
     # plain DDP has no exposed time alone (NaN factor): its encode and decode, zero anyway, stay 1x
     fp32 = predictor_validation.measured_scales({"configurations": [
-        {"configuration": "fp32 algorithm=allreduce", "key": ["w", "fp32"], "factors": {"2": factors[2]}}]})
-    assert fp32[("w", "fp32"), 2] == predict.DeviceScale(compute=1.5, encode=1.0, decode=1.0)
+        {"configuration": "fp32", "key": list(plain.key), "factors": {"2": factors[2]}}]}, [plain])
+    assert fp32[plain.key, 2] == predict.DeviceScale(compute=1.5, encode=1.0, decode=1.0)
