@@ -47,7 +47,9 @@ def cells(grid: predict.Trials, predicted: dict[str, float]) -> list[dict[str, A
                      # per phase, measured / predicted; the phases add up without overlap
                      "phases": {phase: float(row[phase]) / guess[phase] if guess[phase] else math.nan
                                 for phase in PHASES},
-                     "comm_excess_s": float(row["comm_s"]) - guess["comm_s"]})
+                     "comm_excess_s": float(row["comm_s"]) - guess["comm_s"],
+                     # the hypervisor's share of the machine while the trial ran (NaN: not recorded)
+                     "steal": float(row.get("cpu_steal_share", math.nan))})
     groups: dict[tuple, dict[str, Any]] = {}
     for cell in rows:
         if cell["compressor"] == "fp32":
@@ -106,13 +108,14 @@ def main(argv: list[str] | None = None) -> None:
     shared = runs[primary]
     own = {(c["configuration"], c["num_workers"], c["bandwidth"], c["overlap"]): c for c in runs["own cores"]}
     print("| hosts | bandwidth | overlap | configuration | measured (ms) | predicted (ms) | error | speedup "
-          "measured | predicted | error, own cores |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "measured | predicted | error, own cores | CPU steal |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for c in shared:
         alone = own[(c["configuration"], c["num_workers"], c["bandwidth"], c["overlap"])]
         print(f"| {c['num_workers']} | {c['bandwidth']} | {'on' if c['overlap'] else 'off'} | {c['configuration']} "
               f"| {c['measured_s'] * 1e3:.0f} | {c['predicted_s'] * 1e3:.0f} | {c['error']:+.0%} "
-              f"| {c['measured_speedup']:.2f}x | {c['predicted_speedup']:.2f}x | {alone['error']:+.0%} |")
+              f"| {c['measured_speedup']:.2f}x | {c['predicted_speedup']:.2f}x | {alone['error']:+.0%} "
+              f"| {c['steal']:.1%} |" if math.isfinite(c["steal"]) else "| – |")
     print(f"\nWithout overlap the phases add up; measured / predicted per phase ({primary}), median over the "
           "compressed configurations (sra):")
     print("| hosts | bandwidth | compute | encode | comm | decode | comm - predicted (ms) |")

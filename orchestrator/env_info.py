@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import math
 import os
 import platform
 import socket
@@ -49,6 +50,34 @@ def describe() -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int] | None:
+    """The machine's (stolen, all) CPU time so far in clock ticks, from Linux's ``stat``; None elsewhere.
+
+    Stolen time is what a virtual machine's hypervisor gave to other guests while this one had work to
+    run: a noisy neighbour that makes one measurement slower than the next (``steal_share``)."""
+    try:
+        with open(stat) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal; guest time is already counted in user and nice
+    try:
+        ticks = [int(x) for x in fields[1:9]]
+    except ValueError:
+        return None
+    return ticks[7], sum(ticks)
+
+
+def steal_share(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float:
+    """The share of all CPU time between two ``cpu_ticks`` that the hypervisor stole: 0 on bare metal,
+    NaN where it cannot be read or no tick passed."""
+    if start is None or end is None or end[1] <= start[1]:
+        return math.nan
+    return (end[0] - start[0]) / (end[1] - start[1])
 
 
 def collect() -> dict[str, Any]:

@@ -49,7 +49,11 @@ orchestrator.plots, and configurations are labelled by orchestrator.labels.
   time of its collectives, each second once; NaN for fp32 over allreduce,
   plain DDP, which has no hook). ``samples_per_s``: training throughput of
   all workers; ``bytes_sent``: bytes one rank sends per step;
-  ``compression_ratio``: fp32 ring-allreduce bytes / bytes sent. The
+  ``compression_ratio``: fp32 ring-allreduce bytes / bytes sent;
+  ``cpu_steal_share``: the share of the machine's CPU time a virtual machine's
+  hypervisor gave to other guests during the epoch's steps (max over the
+  workers' machines; 0 on bare metal, empty where /proc/stat is not there): a
+  noisy neighbour, which makes step times of one run slower than another's. The
   training loop reports each per epoch (median over its steps, max over
   ranks); the table holds the median over the epochs run.
 - ``predicted_step_time_s``: beside ``step_time_s``, what the performance model
@@ -106,8 +110,8 @@ def export(results: Path) -> dict[str, Path]:
     environment = results / "environment.json"
     cpu_count = json.loads(environment.read_text()).get("cpu_count") if environment.is_file() else None
     predicted = trial_predictions(pairs(records, trials), cpu_count=cpu_count)
-    trials.insert(int(trials.columns.get_loc("step_time_s")) + 1, "predicted_step_time_s",
-                  trials["trial_id"].map({k: v["predicted_step_time_s"] for k, v in predicted.items()}).astype(float))
+    trials["predicted_step_time_s"] = trials["trial_id"].map(
+        {k: v["predicted_step_time_s"] for k, v in predicted.items()}).astype(float)
     written = {name: results / name for name in ("trials.csv", "trials.parquet", "history.csv", "summary.md")}
     trials.to_csv(written["trials.csv"], index=False)
     # parquet needs one type per column: settings may mix None with numbers or strings

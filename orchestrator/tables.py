@@ -34,13 +34,15 @@ __all__ = [
 
 # Per-step metrics of the training loop, summarised as the median over epochs.
 STEP_METRICS = ("step_time_s", "compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
-                "samples_per_s", "bytes_sent", "compression_ratio")
+                "samples_per_s", "bytes_sent", "compression_ratio", "cpu_steal_share")
 # workloads.model_summary of the trained model, as the training loop returned it.
 MODEL_COLUMNS = ("parameters", "grad_bytes_fp32", "compressible_share")
 RESULT_COLUMNS = (
     "epochs_run", "attempts", "final_accuracy", "best_accuracy", "accuracy_delta", "time_to_accuracy_s",
     "train_time_s", "speedup_vs_fp32", "speedup_basis", "speedup_vs_16bit", "speedup_vs_16bit_basis",
-    *STEP_METRICS, *MODEL_COLUMNS, "calibrated_bps", "calibrated_latency_s", "worker_node_ips",
+    # the performance model's step time (orchestrator.export fills it in) beside the measured one
+    STEP_METRICS[0], "predicted_step_time_s", *STEP_METRICS[1:], *MODEL_COLUMNS,
+    "calibrated_bps", "calibrated_latency_s", "worker_node_ips",
 )
 ID_COLUMNS = ("trial_id", "name", "status", "reason")
 # The times a speedup compares, in order of preference, and the basis each is named by.

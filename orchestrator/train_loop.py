@@ -36,7 +36,7 @@ from compressors import ddp
 from compressors.stats import StepStats
 from compressors.step_clock import StepClock
 
-from . import settings
+from . import env_info, settings
 
 Report = Callable[[dict[str, Any]], None]
 EVAL_BATCH = 1000
@@ -204,6 +204,7 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             steps = min(steps, config["max_steps_per_epoch"])
         step_times, exposed, loss_sum, samples = [], [], 0.0, 0
         first_stat = len(hook.history)
+        ticks = env_info.cpu_ticks()
         for step in range(steps):
             batch = indices[step * config["batch_size"]:(step + 1) * config["batch_size"]]
             x, y = data.train.x[batch].to(device), data.train.y[batch].to(device)
@@ -227,7 +228,9 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             samples += len(batch)
             global_step += 1
         stats = hook.history[first_stat:]
-        (epoch_time,) = aggregate([sum(step_times)], "max")
+        # NaN (no /proc/stat) is sent as -1: gloo's max of NaN is platform-dependent
+        steal = env_info.steal_share(ticks, env_info.cpu_ticks())
+        epoch_time, steal = aggregate([sum(step_times), steal if math.isfinite(steal) else -1.0], "max")
         train_time += epoch_time
         loss_sum, samples = aggregate([loss_sum, float(samples)], "sum")
         bytes_sent = statistics.fmean(s.bytes_sent for s in stats) if stats else 0.0
@@ -258,7 +261,7 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             "samples_per_s": samples / max(epoch_time, 1e-12),
             "compute_s": compute_s, "exposed_comm_s": exposed_comm_s,
             "encode_s": encode_s, "comm_s": comm_s, "decode_s": decode_s,
-            "bytes_sent": bytes_sent,
+            "bytes_sent": bytes_sent, "cpu_steal_share": steal if steal >= 0 else math.nan,
             "compression_ratio": accounting.compression_ratio(grad_numel, world, bytes_sent),
             "time_to_accuracy_s": reached_at,
             "status": "running" if status == "ok" and epoch < config["epochs"] else status,

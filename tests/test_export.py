@@ -16,7 +16,7 @@ from orchestrator.export import export
 from orchestrator.records import make_record, read_records, write_record
 from orchestrator.summary import summary_markdown
 from orchestrator.settings import FP32, SIXTEEN_BIT
-from orchestrator.tables import RESULT_COLUMNS, trials_table
+from orchestrator.tables import RESULT_COLUMNS, trials_table, varying_settings
 
 SWEEP = """\
 name: e
@@ -283,6 +283,16 @@ def test_summary_labels_configurations_in_the_one_label_format(direct):
     assert "10.0 (n=1) (1/2 reached)" in qsgd
     assert "0.9100 (n=1) | 10.0 (n=1) | – |" in qsgd
     assert f"{statistics.fmean([2.0, 0.011 / 0.006]):.2f}x ±" in qsgd and "\\*" in qsgd
+
+
+def test_the_predicted_step_time_is_a_result_never_a_setting(direct):
+    """export fills predicted_step_time_s per trial: it differs between trials, yet must not become a
+    label key or a speedup's grouping key (it once named every configuration of an emulated run)."""
+    trials = direct.reset_index()
+    assert trials["predicted_step_time_s"].isna().all()
+    trials["predicted_step_time_s"] = [0.01 * i for i in range(len(trials))]
+    assert "predicted_step_time_s" not in varying_settings(trials)
+    assert summary_markdown(trials, "direct") == summary_markdown(direct.reset_index(), "direct")
 
 
 def test_results_modules_import_in_one_direction():
