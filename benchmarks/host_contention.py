@@ -9,7 +9,10 @@ no Ray, no communication: a world of one) with the torch threads an emulated hos
 together by a barrier; a phase's figure is the median over the processes of their median per step,
 and its factor the figure at ``k`` over the figure at 1. ``predictor_validation --contention`` uses
 the factors in place of the model's own guess (``predict.emulated_compute_scale``: 1 up to the
-cores, then threads / cores), as inputs measured on the target's devices.
+cores, then threads / cores), as inputs measured on the target's devices. With ``--world`` the k
+processes are one gloo world over loopback, as a trial's hosts are one world over their links: its
+device phases then also bear what a world adds (gloo's threads, ranks waiting for one another
+inside no link), its communication is loopback's and is not used.
 
     python -m benchmarks.host_contention --inputs results/predictor_inputs --busy 1,2,4 --json contention.json
 """
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="the emulated cluster's hosts: each process gets cores / hosts torch threads")
     parser.add_argument("--steps", type=int, default=100, help="steps per process (max_steps_per_epoch)")
     parser.add_argument("--world", action="store_true",
-                        help="the k processes form one gloo world over loopback (what a trial adds to k busy hosts)")
+                        help="the k processes form one gloo world over loopback (a trial's hosts, but for the links)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
     counts = [int(k) for k in args.busy.split(",")]

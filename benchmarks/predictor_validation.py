@@ -66,20 +66,29 @@ def measured_scales(contention: dict[str, Any], configs: list[predict.Config],
                     ) -> dict[tuple[tuple[str, str], int], predict.DeviceScale]:
     """``host_contention``'s factors as device scales by (configuration key, workers), for the
     configurations of ``configs`` it measured. An allreduce hook's encode and decode are its one-worker
-    exposed time (``predict.plan``): they scale as it does."""
+    exposed time (``predict.plan``): they scale as it does, or, where the processes formed one world
+    (``--world``: that time then holds the collective), as its compute does. In one world an sra
+    encodes its server chunk, a 1/k part, where alone it encoded the whole: the encode factor is
+    divided by what ``predict.plan`` already takes for that, (1 + 1/k) / 2."""
     def factor(value: float) -> float:
         return value if math.isfinite(value) else 1.0  # a phase the configuration does not have
 
+    world = bool(contention.get("world"))
     algorithm = {c.key: c.settings["algorithm"] for c in configs}
     scales = {}
     for row in contention["configurations"]:
         key = tuple(row["key"])
         if key not in algorithm:
             continue
-        allreduce = algorithm[key] == "allreduce"
         for count, f in row["factors"].items():
-            codec = (f["exposed_comm_s"],) * 2 if allreduce else (f["encode_s"], f["decode_s"])
-            scales[key, int(count)] = predict.DeviceScale(*map(factor, (f["compute_s"], *codec)))
+            k = int(count)
+            if algorithm[key] == "allreduce":
+                codec = (f["compute_s" if world else "exposed_comm_s"],) * 2
+            elif world and algorithm[key] == "sra":
+                codec = (f["encode_s"] / ((1 + 1 / k) / 2), f["decode_s"])
+            else:
+                codec = (f["encode_s"], f["decode_s"])
+            scales[key, k] = predict.DeviceScale(*map(factor, (f["compute_s"], *codec)))
     return scales
 
 
@@ -92,12 +101,13 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inputs", type=Path, required=True, help="results folder of the one-worker trials")
+    parser.add_argument("--inputs", type=Path, nargs="+", required=True,
+                        help="results folders of the one-worker trials (repeats: each phase's median is taken)")
     parser.add_argument("--grid", type=Path, required=True, help="results folder of the grid")
     parser.add_argument("--contention", type=Path, help="benchmarks/host_contention.py's JSON: measured sharing")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
-    grid, inputs = predict.read_trials(args.grid), predict.read_trials(args.inputs)
+    grid, inputs = predict.read_trials(args.grid), [t for folder in args.inputs for t in predict.read_trials(folder)]
     cpu_count = json.loads((args.grid / "environment.json").read_text())["cpu_count"]
     runs = {"shared cores": cells(grid, predict.trial_predictions(grid, inputs, cpu_count=cpu_count)),
             "own cores": cells(grid, predict.trial_predictions(grid, inputs))}
@@ -140,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: median |error| {fig['median_abs_error']:.1%} over {fig['cells']} cells; speedup sign right "
               f"in {fig['sign_right']} of {fig['sign_cells']} ({fig['sign_right_share']:.0%})")
     if args.json:
-        args.json.write_text(json.dumps({"environment": env_info.collect(), "inputs": str(args.inputs),
+        args.json.write_text(json.dumps({"environment": env_info.collect(), "inputs": [str(p) for p in args.inputs],
                                          "grid": str(args.grid),
                                          "contention": str(args.contention) if args.contention else None,
                                          "summary": figures, "by_group": by_group, "cells": runs}, indent=1))

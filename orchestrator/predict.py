@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 import time
 import warnings
 from collections.abc import Mapping
@@ -108,16 +109,22 @@ def step_key(settings: dict[str, Any]) -> tuple[str, str]:
 
 
 def configurations(trials: Trials) -> tuple[list[Config], list[str]]:
-    """The configurations that can be predicted, and why the others cannot."""
-    found: dict[tuple[str, str], Config] = {}
+    """The configurations that can be predicted, and why the others cannot. A configuration's times are
+    the medians over its one-worker trials (repeats, seeds): one trial's may be off by a fifth."""
+    repeats: dict[tuple[str, str], list[tuple[dict[str, Any], pd.Series]]] = {}
     why: dict[tuple[str, str], str] = {}
     for record, row in trials:
         s = record["settings"]
         if s["compressor"] == "powersgd" or s["use_gpu"]:
             why[step_key(s)] = f"{'PowerSGD' if s['compressor'] == 'powersgd' else 'a GPU trial'} is not modelled"
-        elif s["num_workers"] == 1 and step_key(s) not in found:
-            found[step_key(s)] = Config(config_name(s), s, float(row["compute_s"]), float(row["encode_s"]),
-                                        float(row["decode_s"]), float(row["exposed_comm_s"]))
+        elif s["num_workers"] == 1:
+            repeats.setdefault(step_key(s), []).append((s, row))
+    found = {}
+    for key, runs in repeats.items():
+        s = runs[0][0]
+        times = (statistics.median(float(row[phase]) for _, row in runs)
+                 for phase in ("compute_s", "encode_s", "decode_s", "exposed_comm_s"))
+        found[key] = Config(config_name(s), s, *times)
     for record, _ in trials:
         if step_key(record["settings"]) not in found:
             why.setdefault(step_key(record["settings"]), "no finished one-worker trial")

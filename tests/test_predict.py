@@ -237,3 +237,24 @@ def test_contention_factors_become_device_scales():
     fp32 = predictor_validation.measured_scales({"configurations": [
         {"configuration": "fp32", "key": list(plain.key), "factors": {"2": factors[2]}}]}, [plain])
     assert fp32[plain.key, 2] == predict.DeviceScale(compute=1.5, encode=1.0, decode=1.0)
+    # one world of k ranks: an allreduce hook's exposed time holds its collective, so its codec takes the
+    # compute factor; an sra's encode factor is over the (1 + 1/k) / 2 of its work plan() already takes
+    world = predictor_validation.measured_scales({"world": True, "configurations": [
+        {"configuration": "qsgd", "key": list(qsgd.key), "factors": {"2": factors[2], "4": factors[2]}},
+        {"configuration": "fp16", "key": list(half.key), "factors": {"2": fp16}}]}, [qsgd, half])
+    assert world[qsgd.key, 2] == predict.DeviceScale(compute=1.5, encode=pytest.approx(2.0 / 0.75), decode=4.0)
+    assert world[qsgd.key, 4].encode == pytest.approx(2.0 / 0.625)
+    assert world[half.key, 2] == predict.DeviceScale(compute=1.5, encode=1.5, decode=1.5)
+
+
+def test_repeated_one_worker_trials_give_each_phase_its_median(tmp_path):
+    qsgd = {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}
+    folder = write_folder(tmp_path, [
+        (qsgd, {**ONE, "compute_s": 0.008, "encode_s": 0.004, "decode_s": 0.001}),
+        ({**qsgd, "seed": 1}, {**ONE, "compute_s": 0.010, "encode_s": 0.002, "decode_s": 0.003}),
+        ({**qsgd, "seed": 2}, {**ONE, "compute_s": 0.020, "encode_s": 0.003, "decode_s": 0.002}),
+        ({**qsgd, "num_workers": 2}, {**ONE, "compute_s": 0.5}),  # not an input
+    ])
+    (config,), notes = predict.configurations(predict.read_trials(folder))
+    assert notes == []
+    assert (config.compute_s, config.encode_s, config.decode_s) == (0.010, 0.003, 0.002)
