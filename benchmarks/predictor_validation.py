@@ -122,10 +122,11 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for c in shared:
         alone = own[(c["configuration"], c["num_workers"], c["bandwidth"], c["overlap"])]
+        steal = f"{c['steal']:.1%}" if math.isfinite(c["steal"]) else "–"
         print(f"| {c['num_workers']} | {c['bandwidth']} | {'on' if c['overlap'] else 'off'} | {c['configuration']} "
               f"| {c['measured_s'] * 1e3:.0f} | {c['predicted_s'] * 1e3:.0f} | {c['error']:+.0%} "
               f"| {c['measured_speedup']:.2f}x | {c['predicted_speedup']:.2f}x | {alone['error']:+.0%} "
-              f"| {c['steal']:.1%} |" if math.isfinite(c["steal"]) else "| – |")
+              f"| {steal} |")
     print(f"\nWithout overlap the phases add up; measured / predicted per phase ({primary}), median over the "
           "compressed configurations (sra):")
     print("| hosts | bandwidth | compute | encode | comm | decode | comm - predicted (ms) |")

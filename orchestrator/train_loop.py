@@ -228,7 +228,7 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             samples += len(batch)
             global_step += 1
         stats = hook.history[first_stat:]
-        # NaN (no /proc/stat) is sent as -1: gloo's max of NaN is platform-dependent
+        # NaN (no /proc/stat) is sent as -1: a MAX over ranks with a NaN depends on their order
         steal = env_info.steal_share(ticks, env_info.cpu_ticks())
         epoch_time, steal = aggregate([sum(step_times), steal if math.isfinite(steal) else -1.0], "max")
         train_time += epoch_time
