@@ -7,15 +7,17 @@ calibrated link, never from the grid's own runs (``orchestrator.predict.trial_pr
 Per cell: measured and predicted median step time, the relative error, and the speedup against
 fp32 of the same workers, bandwidth and overlap, measured and predicted (its sign: faster or not).
 With the hosts sharing this machine's cores as the model guesses (``emulated_compute_scale``), as if
-each host had the cores to itself (what the model assumes of a real cluster), and, with
-``--contention`` (``benchmarks/host_contention.py``'s figures: the one-worker trials run k at once),
-with the sharing measured; the table and per-phase ratios are of the last given.
+each host had the cores to itself (what the model assumes of a real cluster), with ``--contention``
+(``benchmarks/host_contention.py``'s figures: the one-worker trials run k at once, outside Ray and
+the namespaces) and with ``--sharing`` (``sweeps/predictor_sharing.yaml``: the configurations at k
+workers over links faster than the machine can feed, as trials: device scales and a per-collective
+overhead, ``sharing_inputs``); the table and per-phase ratios are of the last of these given.
 
     sudo lowprec run sweeps/predictor_inputs.yaml --results results/predictor_inputs
+    sudo lowprec run sweeps/predictor_sharing.yaml --results results/predictor_sharing
     sudo lowprec run sweeps/predictor_grid.yaml --results results/predictor_grid
-    python -m benchmarks.host_contention --inputs results/predictor_inputs --json contention.json
     python -m benchmarks.predictor_validation --inputs results/predictor_inputs \\
-        --grid results/predictor_grid --contention contention.json --json validation.json
+        --sharing results/predictor_sharing --grid results/predictor_grid --json validation.json
 """
 from __future__ import annotations
 
@@ -32,24 +34,36 @@ from orchestrator import env_info, predict
 PHASES = ("compute_s", "encode_s", "comm_s", "decode_s")
 
 
-def cells(grid: predict.Trials, predicted: dict[str, float]) -> list[dict[str, Any]]:
-    """One row per predicted grid trial, with its speedup against the fp32 trial of its group."""
+def cells(runs: list[tuple[predict.Trials, dict[str, dict[str, float]]]]) -> list[dict[str, Any]]:
+    """One row per predicted grid cell, with its speedup against the fp32 cell of its group. ``runs``:
+    each run of the grid with its predictions (each from that run's calibrated links); a cell run more
+    than once is scored by its medians (measured and predicted step time, each phase, the steal)."""
+    repeats: dict[tuple, list[dict[str, Any]]] = {}
+    for grid, predicted in runs:
+        for record, row in grid:
+            s = record["settings"]
+            if record["trial_id"] not in predicted:
+                continue
+            guess = predicted[record["trial_id"]]
+            cell = (predict.config_name(s), s["num_workers"], s["bandwidth"], bool(s["overlap"]))
+            repeats.setdefault(cell, []).append({
+                "measured_s": float(row["step_time_s"]), "predicted_s": guess["predicted_step_time_s"],
+                # per phase, measured / predicted; the phases add up without overlap
+                **{phase: float(row[phase]) / guess[phase] if guess[phase] else math.nan for phase in PHASES},
+                "comm_excess_s": float(row["comm_s"]) - guess["comm_s"],
+                # the hypervisor's share of the machine while the trial ran (NaN: not recorded)
+                "steal": float(row.get("cpu_steal_share", math.nan)),
+                "compressor": s["compressor"], "algorithm": s["algorithm"]})
     rows = []
-    for record, row in grid:
-        s = record["settings"]
-        if record["trial_id"] not in predicted:
-            continue
-        guess = predicted[record["trial_id"]]
-        rows.append({"configuration": predict.config_name(s), "compressor": s["compressor"],
-                     "algorithm": s["algorithm"], "num_workers": s["num_workers"],
-                     "bandwidth": s["bandwidth"], "overlap": bool(s["overlap"]),
-                     "measured_s": float(row["step_time_s"]), "predicted_s": guess["predicted_step_time_s"],
-                     # per phase, measured / predicted; the phases add up without overlap
-                     "phases": {phase: float(row[phase]) / guess[phase] if guess[phase] else math.nan
-                                for phase in PHASES},
-                     "comm_excess_s": float(row["comm_s"]) - guess["comm_s"],
-                     # the hypervisor's share of the machine while the trial ran (NaN: not recorded)
-                     "steal": float(row.get("cpu_steal_share", math.nan))})
+    for (configuration, workers, bandwidth, overlap), found in repeats.items():
+        def median(name: str) -> float:  # of the repeats that have the figure (steal: not every run recorded it)
+            values = [f[name] for f in found if math.isfinite(f[name])]
+            return statistics.median(values) if values else math.nan
+        rows.append({"configuration": configuration, "compressor": found[0]["compressor"],
+                     "algorithm": found[0]["algorithm"], "num_workers": workers, "bandwidth": bandwidth,
+                     "overlap": overlap, "repeats": len(found), "measured_s": median("measured_s"),
+                     "predicted_s": median("predicted_s"), "phases": {phase: median(phase) for phase in PHASES},
+                     "comm_excess_s": median("comm_excess_s"), "steal": median("steal")})
     groups: dict[tuple, dict[str, Any]] = {}
     for cell in rows:
         if cell["compressor"] == "fp32":
@@ -92,6 +106,45 @@ def measured_scales(contention: dict[str, Any], configs: list[predict.Config],
     return scales
 
 
+def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials,
+                   ) -> tuple[dict[tuple[tuple[str, str], int], predict.DeviceScale], dict[int, float]]:
+    """What hosts sharing this machine cost, from trials of the grid's configurations at its worker counts
+    without overlap over links the machine, not tbf, limits (``sweeps/predictor_sharing.yaml``): each
+    phase's time there over its one-worker time (``inputs``) as device scales, by (configuration key,
+    workers), as ``measured_scales`` takes them from a world; and the links' latency per message under
+    that load, by workers: the median over the configurations of the communication measured beyond the
+    link model's time for the bytes, over the messages the model counts (ring all_reduce 2(p - 1),
+    all_gather and all_to_all p - 1 each). Plain DDP's communication is not timed: it gives a scale only."""
+    configs = {c.key: c for c in predict.configurations(inputs)[0]}
+    # overlapped, a trial's phases run at once and its communication hides behind them
+    sharing = [(r, row) for r, row in sharing if r["settings"]["num_workers"] > 1 and not r["settings"]["overlap"]]
+    scales = {}
+    for record, row in sharing:
+        s = record["settings"]
+        config = configs.get(predict.step_key(s))
+        if config is None:
+            continue
+        k = s["num_workers"]
+        compute = float(row["compute_s"]) / config.compute_s
+        if s["algorithm"] == "allreduce":
+            codec = (compute, compute)
+        else:
+            encode = float(row["encode_s"]) / config.encode_s
+            codec = (encode / ((1 + 1 / k) / 2) if s["algorithm"] == "sra" else encode,
+                     float(row["decode_s"]) / config.decode_s)
+        scales[config.key, k] = predict.DeviceScale(compute, *codec)
+    # the link model's communication with no latency: what the measured communication has beyond it
+    # is the messages' latency under this load
+    bare = predict.trial_predictions(sharing, inputs, scales=scales, latency={k: 0.0 for _, k in scales})
+    latencies: dict[int, list[float]] = {}
+    for record, row in sharing:
+        guess = bare.get(record["trial_id"])
+        if guess is not None and guess["messages"] and math.isfinite(float(row["comm_s"])):
+            latencies.setdefault(record["settings"]["num_workers"], []).append(
+                (float(row["comm_s"]) - guess["comm_s"]) / guess["messages"])
+    return scales, {k: max(0.0, statistics.median(v)) for k, v in latencies.items()}
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     signed = [c for c in rows if c["compressor"] != "fp32" and math.isfinite(c["measured_speedup"])]
     right = [c for c in signed if (c["measured_speedup"] > 1) == (c["predicted_speedup"] > 1)]
@@ -103,18 +156,36 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", type=Path, nargs="+", required=True,
                         help="results folders of the one-worker trials (repeats: each phase's median is taken)")
-    parser.add_argument("--grid", type=Path, required=True, help="results folder of the grid")
+    parser.add_argument("--grid", type=Path, nargs="+", required=True,
+                        help="results folders of the grid (repeats: each cell is scored by its medians)")
     parser.add_argument("--contention", type=Path, help="benchmarks/host_contention.py's JSON: measured sharing")
+    parser.add_argument("--sharing", type=Path, nargs="+",
+                        help="results folders of sweeps/predictor_sharing.yaml: sharing measured in trials")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
-    grid, inputs = predict.read_trials(args.grid), [t for folder in args.inputs for t in predict.read_trials(folder)]
-    cpu_count = json.loads((args.grid / "environment.json").read_text())["cpu_count"]
-    runs = {"shared cores": cells(grid, predict.trial_predictions(grid, inputs, cpu_count=cpu_count)),
-            "own cores": cells(grid, predict.trial_predictions(grid, inputs))}
+    grids = [(predict.read_trials(folder), json.loads((folder / "environment.json").read_text())["cpu_count"])
+             for folder in args.grid]
+    inputs = [t for folder in args.inputs for t in predict.read_trials(folder)]
+
+    def scored(**model: Any) -> list[dict[str, Any]]:
+        return cells([(grid, predict.trial_predictions(grid, inputs, **model)) for grid, _ in grids])
+
+    runs = {"shared cores": cells([(grid, predict.trial_predictions(grid, inputs, cpu_count=cpu_count))
+                                   for grid, cpu_count in grids]),
+            "own cores": scored()}
     if args.contention:
         scales = measured_scales(json.loads(args.contention.read_text()), predict.configurations(inputs)[0])
-        runs["measured sharing"] = cells(grid, predict.trial_predictions(grid, inputs, scales=scales))
-    primary = "measured sharing" if args.contention else "shared cores"
+        runs["measured sharing"] = scored(scales=scales)
+    sharing_figures = None
+    if args.sharing:
+        scales, latency = sharing_inputs([t for folder in args.sharing for t in predict.read_trials(folder)], inputs)
+        sharing_figures = {"latency_s": latency,
+                           "scales": [{"key": list(key), "num_workers": k, **vars(scale)}
+                                      for (key, k), scale in scales.items()]}
+        print("latency per message under load: " + ", ".join(f"{k} workers {a * 1e3:.2f} ms"
+                                                             for k, a in sorted(latency.items())))
+        runs["sharing in trials"] = scored(scales=scales, latency=latency)
+    primary = next(name for name in ("sharing in trials", "measured sharing", "shared cores") if name in runs)
     shared = runs[primary]
     own = {(c["configuration"], c["num_workers"], c["bandwidth"], c["overlap"]): c for c in runs["own cores"]}
     print("| hosts | bandwidth | overlap | configuration | measured (ms) | predicted (ms) | error | speedup "
@@ -152,8 +223,10 @@ def main(argv: list[str] | None = None) -> None:
               f"in {fig['sign_right']} of {fig['sign_cells']} ({fig['sign_right_share']:.0%})")
     if args.json:
         args.json.write_text(json.dumps({"environment": env_info.collect(), "inputs": [str(p) for p in args.inputs],
-                                         "grid": str(args.grid),
+                                         "grid": [str(p) for p in args.grid],
                                          "contention": str(args.contention) if args.contention else None,
+                                         "sharing": [str(p) for p in args.sharing or []],
+                                         "sharing_inputs": sharing_figures,
                                          "summary": figures, "by_group": by_group, "cells": runs}, indent=1))
         print(f"saved {args.json}")
 

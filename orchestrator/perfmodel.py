@@ -11,8 +11,8 @@ timeline of gradient buckets ready during backward:
 
 Timeline (buckets i = 1..K ready at t_i into backward, encode e_i, communication c_i, decode d_i):
 with overlap f_i = max(f_{i-1}, t_i + e_i) + c_i, T = T_fwd + max(T_bwd, f_K + d_K) + T_opt, with
-the encodes on the compute device (``contended``: backward grows by the encodes, and each t_i by
-the encodes before it); without, T = T_fwd + T_bwd + sum(e_i + c_i + d_i) + T_opt.
+the encodes and decodes on the compute device (contended: backward grows by them, and each t_i by
+the encodes and earlier buckets' decodes before it); without, T = T_fwd + T_bwd + sum(e_i + c_i + d_i) + T_opt.
 """
 from __future__ import annotations
 
@@ -60,14 +60,21 @@ def step_time(fwd_s: float, bwd_s: float, opt_s: float, buckets: list[Bucket], o
     ``overlap``: communication runs beside backward (else each bucket's runs to completion in turn)."""
     if not overlap:
         return fwd_s + bwd_s + sum(b.encode_s + b.comm_s + b.decode_s for b in buckets) + opt_s
-    # Encodes run on the compute device: each delays the rest of backward and every later bucket.
+    # Encodes and decodes run on the compute device: each delays the rest of backward and every later
+    # bucket (an earlier bucket's decode is taken to run before the next bucket is ready: exact when its
+    # communication is short, and where it is long the later buckets' finish, not backward, sets the pace).
     finish, shift = 0.0, 0.0
-    for b in buckets:
+    for b in buckets[:-1]:
         shift += b.encode_s
         finish = max(finish, b.ready_s + shift) + b.comm_s
-    # Earlier buckets decode while later ones communicate; the last bucket's decode ends the step.
-    last_decode = buckets[-1].decode_s if buckets else 0.0
-    return fwd_s + max(bwd_s + shift, finish + last_decode) + opt_s
+        shift += b.decode_s
+    if not buckets:
+        return fwd_s + bwd_s + opt_s
+    last = buckets[-1]
+    shift += last.encode_s
+    finish = max(finish, last.ready_s + shift) + last.comm_s
+    # the last bucket's decode ends the step
+    return fwd_s + max(bwd_s + shift, finish + last.decode_s) + opt_s
 
 
 def speedup_bound(baseline_step_s: float, compute_s: float) -> float:

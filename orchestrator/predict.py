@@ -267,12 +267,15 @@ def plan(config: Config, prof: Profile, compute_s: float, p: int, overlap: bool,
 
 
 def predict_step(step: Plan, p: int, link: perfmodel.Link, reduce: float) -> dict[str, float]:
-    """Predicted step of a planned configuration over ``link``."""
+    """Predicted step of a planned configuration over ``link``; ``messages``: how many latencies it pays."""
     buckets = [perfmodel.Bucket(ready, enc, comm_s(traffic, p, link, reduce), dec)
                for ready, enc, dec, traffic in step.buckets]
     time_s = perfmodel.step_time(step.fwd_s, step.bwd_s, step.opt_s, buckets, step.overlap)
+    # messages in turn: the communication at a latency of 1 s and no time per byte
+    messages = sum(comm_s(traffic, p, perfmodel.Link(math.inf, 1.0), math.inf) for *_, traffic in step.buckets)
     return {"predicted_step_time_s": time_s, "compute_s": step.fwd_s + step.bwd_s + step.opt_s,
-            "comm_s": sum(b.comm_s for b in buckets), "encode_s": step.encode_s, "decode_s": step.decode_s}
+            "comm_s": sum(b.comm_s for b in buckets), "encode_s": step.encode_s, "decode_s": step.decode_s,
+            "messages": messages}
 
 
 def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: float, overlap: bool = True,
@@ -332,13 +335,14 @@ def emulated_compute_scale(num_workers: int, hosts: int, cpu_count: int) -> floa
 
 def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: int | None = None,
                       scales: Mapping[tuple[tuple[str, str], int], DeviceScale] | None = None,
-                      ) -> dict[str, dict[str, float]]:
+                      latency: Mapping[int, float] | None = None) -> dict[str, dict[str, float]]:
     """The predicted step (``predict_step``) of each multi-worker trial run on an emulated cluster (its workers,
     its overlap, its calibrated link's goodput and latency), by trial_id, from the one-worker trials
     of ``inputs`` (default: ``trials``) of the same workload and configuration; trials without
     them are left out. The device: ``scales`` by (``step_key``, workers) where given (measured;
     trials it lacks are left out), else ``emulated_compute_scale`` from ``cpu_count``, the machine's
-    cores, else as measured alone."""
+    cores, else as measured alone. The link's latency per message: ``latency`` by workers where given
+    (measured as the trial's hosts load the machine), else the calibration's (idle hosts)."""
     targets = [(r, r["link"]) for r, _ in trials
                if r["settings"]["num_workers"] > 1 and (r.get("link") or {}).get("calibrated_bps")]
     configs = {c.key: c for c in configurations(inputs if inputs is not None else trials)[0]} if targets else {}
@@ -369,7 +373,8 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
         else:
             scale = DeviceScale.uniform(emulated_compute_scale(p, link["hosts"], cpu_count) if cpu_count else 1.0)
         step = plan(config, prof, fp32.compute_s, p, s["overlap"], scale)
-        wire = perfmodel.Link(link["calibrated_bps"] / 8, link.get("calibrated_latency_s") or 0.0)
+        alpha = latency[p] if latency is not None and p in latency else link.get("calibrated_latency_s") or 0.0
+        wire = perfmodel.Link(link["calibrated_bps"] / 8, alpha)
         reduce = reduce_bps() if reduce is None else reduce
         out[record["trial_id"]] = predict_step(step, p, wire, reduce)
     return out

@@ -27,8 +27,12 @@ def test_collective_costs_follow_the_formulas():
 def test_timeline_overlap_and_serial():
     # two buckets: ready at 1 and 3 (s into backward, which takes 4), encode 0.5 each, comm 2, decode 0.25
     b = [perfmodel.Bucket(1.0, 0.5, 2.0, 0.25), perfmodel.Bucket(3.0, 0.5, 2.0, 0.25)]
-    # overlap, encodes contend: f1 = 1 + 0.5 + 2 = 3.5; f2 = max(3.5, 3 + 1.0) + 2 = 6; backward 4 + 1 = 5
-    assert perfmodel.step_time(1.0, 4.0, 0.5, b, overlap=True) == pytest.approx(1.0 + max(5.0, 6.25) + 0.5)
+    # overlap, encodes and the first decode contend: f1 = 1 + 0.5 + 2 = 3.5; the second bucket is ready after
+    # 3 + 0.5 + 0.25 + 0.5: f2 = max(3.5, 4.25) + 2 = 6.25, then its decode; backward 4 + 1.25 = 5.25
+    assert perfmodel.step_time(1.0, 4.0, 0.5, b, overlap=True) == pytest.approx(1.0 + max(5.25, 6.5) + 0.5)
+    # a long first collective: the second bucket waits for it, and the first decode is hidden behind it
+    slow = [perfmodel.Bucket(1.0, 0.5, 6.0, 0.25), perfmodel.Bucket(3.0, 0.5, 2.0, 0.25)]
+    assert perfmodel.step_time(1.0, 4.0, 0.5, slow, overlap=True) == pytest.approx(1.0 + (7.5 + 2.0 + 0.25) + 0.5)
     assert perfmodel.step_time(1.0, 4.0, 0.5, b, overlap=False) == pytest.approx(1.0 + 4.0 + 2 * 2.75 + 0.5)
     # communication hidden behind backward: the step is compute plus the encodes
     quick = [perfmodel.Bucket(1.0, 0.0, 0.1, 0.0)]
@@ -258,3 +262,59 @@ def test_repeated_one_worker_trials_give_each_phase_its_median(tmp_path):
     (config,), notes = predict.configurations(predict.read_trials(folder))
     assert notes == []
     assert (config.compute_s, config.encode_s, config.decode_s) == (0.010, 0.003, 0.002)
+
+
+def test_a_step_counts_the_messages_that_pay_a_latency():
+    # sra over two buckets: the small tensors' all_reduce (2(p - 1) messages in turn), an all_to_all and an
+    # all_gather (p - 1 each) in the first; the second has no small tensors, so no all_reduce runs for it
+    buckets = [(0.001, 0.0, 0.0, [("ring", 40), ("all_to_all", 1000), ("all_gather", 1000)]),
+               (0.002, 0.0, 0.0, [("ring", 0), ("all_to_all", 2000), ("all_gather", 2000)])]
+    step = predict.Plan(0.001, 0.002, 0.001, buckets, 0.0, 0.0, overlap=False)
+    idle = predict.predict_step(step, 4, perfmodel.Link(1e6), 1e9)
+    busy = predict.predict_step(step, 4, perfmodel.Link(1e6, latency=1e-3), 1e9)
+    assert idle["messages"] == busy["messages"] == 6 + 3 + 3 + 3 + 3
+    assert busy["comm_s"] == pytest.approx(idle["comm_s"] + 18e-3, rel=1e-12)
+    assert busy["predicted_step_time_s"] == pytest.approx(idle["predicted_step_time_s"] + 18e-3, rel=1e-12)
+    assert predict.predict_step(step, 1, perfmodel.Link(1e6, latency=1e-3), 1e9)["messages"] == 0
+
+
+def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load(tmp_path, monkeypatch):
+    from benchmarks import predictor_validation
+
+    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predict, "profile", lambda settings: PROFILE)
+    qsgd = {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}
+    (tmp_path / "inputs").mkdir()
+    inputs = predict.read_trials(write_folder(tmp_path / "inputs", [
+        ({}, ONE), (qsgd, {**ONE, "encode_s": 0.002, "decode_s": 0.001})]))
+    link = {"hosts": 4, "bandwidth": "2gbit", "calibrated_bps": 8e6, "calibrated_latency_s": 1e-4}
+    shared = {"compute_s": 0.012, "encode_s": 0.003, "decode_s": 0.003, "exposed_comm_s": 0.05, "step_time_s": 0.1,
+              "time_to_accuracy_s": math.nan}
+
+    def sharing(folder, qsgd_comm):
+        folder.mkdir()
+        return predict.read_trials(write_folder(folder, [
+            ({"num_workers": 2, "overlap": False}, {**shared, "comm_s": math.nan}),  # plain DDP: comm not timed
+            ({**qsgd, "num_workers": 2, "overlap": False}, {**shared, "comm_s": qsgd_comm}),
+            ({**qsgd, "num_workers": 2, "overlap": True}, {**shared, "comm_s": 9.0})],  # overlapped: phases mixed
+            links={0: link, 1: link, 2: link}))
+
+    # the link model's time for that qsgd trial's bytes (no latency), and the messages it sends in turn
+    probe = sharing(tmp_path / "probe", 0.0)
+    model = predict.trial_predictions(probe, inputs, latency={2: 0.0})["t1"]
+    assert model["messages"] == 4  # with 2 workers: the small tensors' all_reduce 2, all_to_all 1, all_gather 1
+    trials = sharing(tmp_path / "measured", model["comm_s"] + 4 * 2e-3)
+    scales, latency = predictor_validation.sharing_inputs(trials, inputs)
+    key, plain = (predict.step_key(trials[i][0]["settings"]) for i in (1, 0))
+    assert set(scales) == {(key, 2), (plain, 2)}
+    # compute 0.012 / 0.008; encode 0.003 / 0.002 over sra's (1 + 1/2) / 2 of the one-worker work; decode 3x
+    assert scales[key, 2] == predict.DeviceScale(compute=1.5, encode=pytest.approx(2.0), decode=pytest.approx(3.0))
+    # plain DDP's device work is its compute: its (zero) codec takes the same factor
+    assert scales[plain, 2] == predict.DeviceScale.uniform(1.5)
+    assert latency == {2: pytest.approx(2e-3, rel=1e-9)}  # not the calibration's 0.1 ms of idle hosts
+    # with that latency the model gives back the communication the trial measured
+    again = predict.trial_predictions(trials, inputs, scales=scales, latency=latency)["t1"]
+    assert again["comm_s"] == pytest.approx(model["comm_s"] + 4 * 2e-3, rel=1e-9)
+    # communication quicker than the link model's bytes is no negative latency
+    _, none = predictor_validation.sharing_inputs(sharing(tmp_path / "quick", model["comm_s"] / 2), inputs)
+    assert none == {2: 0.0}
