@@ -107,14 +107,16 @@ def measured_scales(contention: dict[str, Any], configs: list[predict.Config],
 
 
 def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials,
-                   ) -> tuple[dict[tuple[tuple[str, str], int], predict.DeviceScale], dict[int, float]]:
+                   ) -> tuple[dict[tuple[tuple[str, str], int], predict.DeviceScale],
+                              dict[tuple[tuple[str, str], int], float]]:
     """What hosts sharing this machine cost, from trials of the grid's configurations at its worker counts
     without overlap over links the machine, not tbf, limits (``sweeps/predictor_sharing.yaml``): each
     phase's time there over its one-worker time (``inputs``) as device scales, by (configuration key,
     workers), as ``measured_scales`` takes them from a world; and the links' latency per message under
-    that load, by workers: the median over the configurations of the communication measured beyond the
-    link model's time for the bytes, over the messages the model counts (ring all_reduce 2(p - 1),
-    all_gather and all_to_all p - 1 each). Plain DDP's communication is not timed: it gives a scale only."""
+    that load, by (configuration key, workers): for the hooks, the median over them of the communication
+    measured beyond the link model's time for the bytes, over the messages the model counts (ring
+    all_reduce 2(p - 1), all_gather and all_to_all p - 1 each); for plain DDP, whose C++ all_reduces
+    pay less of it and whose communication is not timed, the latency at which the model gives its step."""
     configs = {c.key: c for c in predict.configurations(inputs)[0]}
     # overlapped, a trial's phases run at once and its communication hides behind them
     sharing = [(r, row) for r, row in sharing if r["settings"]["num_workers"] > 1 and not r["settings"]["overlap"]]
@@ -133,16 +135,39 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials,
             codec = (encode / ((1 + 1 / k) / 2) if s["algorithm"] == "sra" else encode,
                      float(row["decode_s"]) / config.decode_s)
         scales[config.key, k] = predict.DeviceScale(compute, *codec)
-    # the link model's communication with no latency: what the measured communication has beyond it
-    # is the messages' latency under this load
-    bare = predict.trial_predictions(sharing, inputs, scales=scales, latency={k: 0.0 for _, k in scales})
-    latencies: dict[int, list[float]] = {}
+    # What a hook's measured communication has beyond the link model's time for its bytes is its messages'
+    # latency under this load; plain DDP's communication is not timed: its latency is the one at which
+    # the model gives its measured step time.
+    profiles: dict[str, Any] = {}
+    zero = {key: 0.0 for key in scales}
+    bare = predict.trial_predictions(sharing, inputs, scales=scales, latency=zero, profiles=profiles)
+    measured: dict[int, list[float]] = {}
+    plain = {}
     for record, row in sharing:
         guess = bare.get(record["trial_id"])
-        if guess is not None and guess["messages"] and math.isfinite(float(row["comm_s"])):
-            latencies.setdefault(record["settings"]["num_workers"], []).append(
-                (float(row["comm_s"]) - guess["comm_s"]) / guess["messages"])
-    return scales, {k: max(0.0, statistics.median(v)) for k, v in latencies.items()}
+        if guess is None or not guess["messages"]:
+            continue
+        key, k = predict.step_key(record["settings"]), record["settings"]["num_workers"]
+        if math.isfinite(float(row["comm_s"])):
+            measured.setdefault(k, []).append((float(row["comm_s"]) - guess["comm_s"]) / guess["messages"])
+        else:
+            def step_at(alpha: float, key=key, k=k, record=record) -> float:
+                return predict.trial_predictions([(record, row)], inputs, scales=scales, latency={(key, k): alpha},
+                                                 profiles=profiles)[record["trial_id"]]["predicted_step_time_s"]
+            plain[key, k] = _solve(step_at, float(row["step_time_s"]))
+    latency = {(key, k): max(0.0, statistics.median(measured[k])) for key, k in scales if k in measured}
+    return scales, {**latency, **plain}
+
+
+def _solve(step_at: Any, target: float, high: float = 0.1) -> float:
+    """The latency in [0, high] at which ``step_at`` (increasing) gives ``target``, by bisection."""
+    low = 0.0
+    if step_at(low) >= target:
+        return low
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if step_at(mid) < target else (low, mid)
+    return (low + high) / 2
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -179,11 +204,12 @@ def main(argv: list[str] | None = None) -> None:
     sharing_figures = None
     if args.sharing:
         scales, latency = sharing_inputs([t for folder in args.sharing for t in predict.read_trials(folder)], inputs)
-        sharing_figures = {"latency_s": latency,
+        sharing_figures = {"latency_s": [{"key": list(key), "num_workers": k, "latency_s": a}
+                                         for (key, k), a in latency.items()],
                            "scales": [{"key": list(key), "num_workers": k, **vars(scale)}
                                       for (key, k), scale in scales.items()]}
-        print("latency per message under load: " + ", ".join(f"{k} workers {a * 1e3:.2f} ms"
-                                                             for k, a in sorted(latency.items())))
+        print("latency per message under load: " + ", ".join(f"{key[1]} {k} workers {a * 1e3:.2f} ms"
+                                                             for (key, k), a in sorted(latency.items())))
         runs["sharing in trials"] = scored(scales=scales, latency=latency)
     primary = next(name for name in ("sharing in trials", "measured sharing", "shared cores") if name in runs)
     shared = runs[primary]

@@ -335,18 +335,20 @@ def emulated_compute_scale(num_workers: int, hosts: int, cpu_count: int) -> floa
 
 def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: int | None = None,
                       scales: Mapping[tuple[tuple[str, str], int], DeviceScale] | None = None,
-                      latency: Mapping[int, float] | None = None) -> dict[str, dict[str, float]]:
+                      latency: Mapping[tuple[tuple[str, str], int], float] | None = None,
+                      profiles: dict[str, Profile | None] | None = None) -> dict[str, dict[str, float]]:
     """The predicted step (``predict_step``) of each multi-worker trial run on an emulated cluster (its workers,
     its overlap, its calibrated link's goodput and latency), by trial_id, from the one-worker trials
     of ``inputs`` (default: ``trials``) of the same workload and configuration; trials without
     them are left out. The device: ``scales`` by (``step_key``, workers) where given (measured;
     trials it lacks are left out), else ``emulated_compute_scale`` from ``cpu_count``, the machine's
-    cores, else as measured alone. The link's latency per message: ``latency`` by workers where given
-    (measured as the trial's hosts load the machine), else the calibration's (idle hosts)."""
+    cores, else as measured alone. The link's latency per message: ``latency`` by (``step_key``, workers)
+    where given (measured as the trial's hosts load the machine), else the calibration's (idle hosts).
+    ``profiles``: the models' step profiles by workload, kept between calls (filled in here)."""
     targets = [(r, r["link"]) for r, _ in trials
                if r["settings"]["num_workers"] > 1 and (r.get("link") or {}).get("calibrated_bps")]
     configs = {c.key: c for c in configurations(inputs if inputs is not None else trials)[0]} if targets else {}
-    profiles: dict[str, Profile | None] = {}
+    profiles = {} if profiles is None else profiles
     reduce = None
     out = {}
     for record, link in targets:
@@ -373,7 +375,7 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
         else:
             scale = DeviceScale.uniform(emulated_compute_scale(p, link["hosts"], cpu_count) if cpu_count else 1.0)
         step = plan(config, prof, fp32.compute_s, p, s["overlap"], scale)
-        alpha = latency[p] if latency is not None and p in latency else link.get("calibrated_latency_s") or 0.0
+        alpha = (latency or {}).get((config.key, p), link.get("calibrated_latency_s") or 0.0)
         wire = perfmodel.Link(link["calibrated_bps"] / 8, alpha)
         reduce = reduce_bps() if reduce is None else reduce
         out[record["trial_id"]] = predict_step(step, p, wire, reduce)

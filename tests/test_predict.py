@@ -288,33 +288,43 @@ def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load
     inputs = predict.read_trials(write_folder(tmp_path / "inputs", [
         ({}, ONE), (qsgd, {**ONE, "encode_s": 0.002, "decode_s": 0.001})]))
     link = {"hosts": 4, "bandwidth": "2gbit", "calibrated_bps": 8e6, "calibrated_latency_s": 1e-4}
-    shared = {"compute_s": 0.012, "encode_s": 0.003, "decode_s": 0.003, "exposed_comm_s": 0.05, "step_time_s": 0.1,
+    shared = {"compute_s": 0.012, "encode_s": 0.003, "decode_s": 0.003, "exposed_comm_s": 0.05,
               "time_to_accuracy_s": math.nan}
 
-    def sharing(folder, qsgd_comm):
+    def sharing(folder, qsgd_comm, plain_step):
         folder.mkdir()
         return predict.read_trials(write_folder(folder, [
-            ({"num_workers": 2, "overlap": False}, {**shared, "comm_s": math.nan}),  # plain DDP: comm not timed
-            ({**qsgd, "num_workers": 2, "overlap": False}, {**shared, "comm_s": qsgd_comm}),
-            ({**qsgd, "num_workers": 2, "overlap": True}, {**shared, "comm_s": 9.0})],  # overlapped: phases mixed
+            # plain DDP: its communication is not timed, its step is
+            ({"num_workers": 2, "overlap": False}, {**shared, "comm_s": math.nan, "step_time_s": plain_step}),
+            ({**qsgd, "num_workers": 2, "overlap": False}, {**shared, "comm_s": qsgd_comm, "step_time_s": 0.1}),
+            ({**qsgd, "num_workers": 2, "overlap": True},  # overlapped: phases mixed, not used
+             {**shared, "comm_s": 9.0, "step_time_s": 9.0})],
             links={0: link, 1: link, 2: link}))
 
-    # the link model's time for that qsgd trial's bytes (no latency), and the messages it sends in turn
-    probe = sharing(tmp_path / "probe", 0.0)
-    model = predict.trial_predictions(probe, inputs, latency={2: 0.0})["t1"]
-    assert model["messages"] == 4  # with 2 workers: the small tensors' all_reduce 2, all_to_all 1, all_gather 1
-    trials = sharing(tmp_path / "measured", model["comm_s"] + 4 * 2e-3)
+    # the link model's time for the trials' bytes at a latency, and the messages the qsgd trial sends in turn
+    probe = sharing(tmp_path / "probe", 0.0, 0.0)
+    keys = [predict.step_key(r["settings"]) for r, _ in probe]
+    scale = {(keys[0], 2): predict.DeviceScale.uniform(1.5),
+             (keys[1], 2): predict.DeviceScale(compute=1.5, encode=2.0, decode=3.0)}
+
+    def model(alpha):
+        return predict.trial_predictions(probe, inputs, scales=scale, latency={(key, 2): alpha for key in keys})
+
+    assert model(0.0)["t1"]["messages"] == 4  # 2 workers: the small tensors' all_reduce 2, all_to_all 1, all_gather 1
+    trials = sharing(tmp_path / "measured", model(0.0)["t1"]["comm_s"] + 4 * 2e-3,
+                     model(1e-3)["t0"]["predicted_step_time_s"])
     scales, latency = predictor_validation.sharing_inputs(trials, inputs)
-    key, plain = (predict.step_key(trials[i][0]["settings"]) for i in (1, 0))
-    assert set(scales) == {(key, 2), (plain, 2)}
-    # compute 0.012 / 0.008; encode 0.003 / 0.002 over sra's (1 + 1/2) / 2 of the one-worker work; decode 3x
-    assert scales[key, 2] == predict.DeviceScale(compute=1.5, encode=pytest.approx(2.0), decode=pytest.approx(3.0))
+    # compute 0.012 / 0.008; encode 0.003 / 0.002 over sra's (1 + 1/2) / 2 of the one-worker work; decode 3x;
     # plain DDP's device work is its compute: its (zero) codec takes the same factor
-    assert scales[plain, 2] == predict.DeviceScale.uniform(1.5)
-    assert latency == {2: pytest.approx(2e-3, rel=1e-9)}  # not the calibration's 0.1 ms of idle hosts
-    # with that latency the model gives back the communication the trial measured
-    again = predict.trial_predictions(trials, inputs, scales=scales, latency=latency)["t1"]
-    assert again["comm_s"] == pytest.approx(model["comm_s"] + 4 * 2e-3, rel=1e-9)
-    # communication quicker than the link model's bytes is no negative latency
-    _, none = predictor_validation.sharing_inputs(sharing(tmp_path / "quick", model["comm_s"] / 2), inputs)
-    assert none == {2: 0.0}
+    assert scales == {(keys[1], 2): predict.DeviceScale(1.5, pytest.approx(2.0), pytest.approx(3.0)),
+                      (keys[0], 2): predict.DeviceScale.uniform(1.5)}
+    # the hook: its communication beyond the bytes' time over its messages, not the calibration's 0.1 ms;
+    # plain DDP: the latency at which the model gives its measured step
+    assert latency == {(keys[1], 2): pytest.approx(2e-3, rel=1e-9), (keys[0], 2): pytest.approx(1e-3, rel=1e-6)}
+    again = predict.trial_predictions(trials, inputs, scales=scales, latency=latency)
+    assert again["t1"]["comm_s"] == pytest.approx(model(0.0)["t1"]["comm_s"] + 4 * 2e-3, rel=1e-9)
+    assert again["t0"]["predicted_step_time_s"] == pytest.approx(model(1e-3)["t0"]["predicted_step_time_s"], rel=1e-6)
+    # quicker than the link model at no latency: no negative latency
+    _, none = predictor_validation.sharing_inputs(sharing(tmp_path / "quick", model(0.0)["t1"]["comm_s"] / 2, 1e-3),
+                                                  inputs)
+    assert none == {(keys[1], 2): 0.0, (keys[0], 2): 0.0}
