@@ -10,8 +10,9 @@ With the hosts sharing this machine's cores as the model guesses (``emulated_com
 each host had the cores to itself (what the model assumes of a real cluster), with ``--contention``
 (``benchmarks/host_contention.py``'s figures: the one-worker trials run k at once, outside Ray and
 the namespaces) and with ``--sharing`` (``sweeps/predictor_sharing.yaml``: the configurations at k
-workers over links faster than the machine can feed, as trials: device scales and a per-collective
-overhead, ``sharing_inputs``); the table and per-phase ratios are of the last of these given.
+workers over links about as fast as the machine can feed, as trials: device scales and the links'
+latency per message under that load, ``sharing_inputs``); the table and per-phase ratios are of the
+last of these given.
 
     sudo lowprec run sweeps/predictor_inputs.yaml --results results/predictor_inputs
     sudo lowprec run sweeps/predictor_sharing.yaml --results results/predictor_sharing
@@ -25,6 +26,7 @@ import argparse
 import json
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,15 +153,15 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials,
         if math.isfinite(float(row["comm_s"])):
             measured.setdefault(k, []).append((float(row["comm_s"]) - guess["comm_s"]) / guess["messages"])
         else:
-            def step_at(alpha: float, key=key, k=k, record=record) -> float:
-                return predict.trial_predictions([(record, row)], inputs, scales=scales, latency={(key, k): alpha},
-                                                 profiles=profiles)[record["trial_id"]]["predicted_step_time_s"]
+            def step_at(alpha: float, trial: tuple = (record, row), at: tuple = (key, k)) -> float:
+                return predict.trial_predictions([trial], inputs, scales=scales, latency={at: alpha},
+                                                 profiles=profiles)[trial[0]["trial_id"]]["predicted_step_time_s"]
             plain[key, k] = _solve(step_at, float(row["step_time_s"]))
     latency = {(key, k): max(0.0, statistics.median(measured[k])) for key, k in scales if k in measured}
     return scales, {**latency, **plain}
 
 
-def _solve(step_at: Any, target: float, high: float = 0.1) -> float:
+def _solve(step_at: Callable[[float], float], target: float, high: float = 0.1) -> float:
     """The latency in [0, high] at which ``step_at`` (increasing) gives ``target``, by bisection."""
     low = 0.0
     if step_at(low) >= target:

@@ -12,7 +12,8 @@ timeline of gradient buckets ready during backward:
 Timeline (buckets i = 1..K ready at t_i into backward, encode e_i, communication c_i, decode d_i):
 with overlap f_i = max(f_{i-1}, t_i + e_i) + c_i, T = T_fwd + max(T_bwd, f_K + d_K) + T_opt, with
 the encodes and decodes on the compute device (contended: backward grows by them, and each t_i by
-the encodes and earlier buckets' decodes before it); without, T = T_fwd + T_bwd + sum(e_i + c_i + d_i) + T_opt.
+the encodes and earlier buckets' decodes before it); without,
+T = T_fwd + T_bwd + sum(e_i + c_i + d_i) + T_opt.
 """
 from __future__ import annotations
 
