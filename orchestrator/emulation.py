@@ -270,8 +270,13 @@ def down(prefix: str = DEFAULT_PREFIX, log: Callable[[str], None] = print) -> in
     deadline = time.monotonic() + _STOP_WAIT_S
     while netns.processes(inodes) and time.monotonic() < deadline:
         time.sleep(0.2)
-    for pid in netns.processes(inodes):
-        _signal(pid, signal.SIGKILL)
+    # Until none is left: a killed process lingers in /proc a moment, and one forked just before its
+    # parent was listed for killing escapes that round.
+    deadline = time.monotonic() + _STOP_WAIT_S
+    while (left := netns.processes(inodes)) and time.monotonic() < deadline:
+        for pid in left:
+            _signal(pid, signal.SIGKILL)
+        time.sleep(0.1)
     for name in names:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
     shutil.rmtree(STATE_ROOT / prefix, ignore_errors=True)
