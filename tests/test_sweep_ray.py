@@ -151,10 +151,12 @@ def test_a_raising_trial_is_recorded_as_failed_while_the_others_finish(resumed):
     assert "fail_at_epoch=2" in (results / "summary.md").read_text()
 
 
+# The placed 1-worker trial trains for seconds (1000 steps), not the 5 steps that let it end
+# within another trial's 2 s wait on a quiet machine: then both 1-worker trials were placed in turn.
 PLACEMENT = """\
 name: place
-workload: {dataset: synthetic, model: mlp, width: 16, depth: 1, epochs: 1, batch_size: 32,
-           lr: 0.1, target_accuracy: 0.3, max_steps_per_epoch: 5}
+workload: {dataset: synthetic, model: mlp, width: 16, depth: 1, epochs: 1, batch_size: 32, num_samples: 32000,
+           lr: 0.01, target_accuracy: 0.3, max_steps_per_epoch: 1000}
 cluster: {cpus_per_worker: 1.5, placement_timeout_s: 2}
 max_concurrent_trials: 2
 baselines: false
