@@ -78,34 +78,31 @@ def cells(runs: list[tuple[predict.Trials, dict[str, dict[str, float]]]]) -> lis
     return sorted(rows, key=lambda c: (c["num_workers"], c["bandwidth"], not c["overlap"], c["configuration"]))
 
 
+def device_scale(algorithm: str, k: int, factors: dict[str, float], world: bool) -> predict.DeviceScale:
+    """A configuration's device scale at ``k`` workers from its factors per phase (time at k over time
+    alone; NaN: a phase it does not have, 1x). An allreduce hook's encode and decode are its one-worker
+    exposed time (``predict.plan``): they scale as it does, or, where the k formed one world (that time
+    then holds the collective), as its compute does. In one world an sra encodes its server chunk, a 1/k
+    part, where alone it encoded the whole: the encode factor is divided by what ``predict.plan`` already
+    takes for that, (1 + 1/k) / 2."""
+    if algorithm == "allreduce":
+        codec = (factors["compute_s" if world else "exposed_comm_s"],) * 2
+    elif world and algorithm == "sra":
+        codec = (factors["encode_s"] / ((1 + 1 / k) / 2), factors["decode_s"])
+    else:
+        codec = (factors["encode_s"], factors["decode_s"])
+    return predict.DeviceScale(*(f if math.isfinite(f) else 1.0 for f in (factors["compute_s"], *codec)))
+
+
 def measured_scales(contention: dict[str, Any], configs: list[predict.Config],
                     ) -> dict[tuple[tuple[str, str], int], predict.DeviceScale]:
-    """``host_contention``'s factors as device scales by (configuration key, workers), for the
-    configurations of ``configs`` it measured. An allreduce hook's encode and decode are its one-worker
-    exposed time (``predict.plan``): they scale as it does, or, where the processes formed one world
-    (``--world``: that time then holds the collective), as its compute does. In one world an sra
-    encodes its server chunk, a 1/k part, where alone it encoded the whole: the encode factor is
-    divided by what ``predict.plan`` already takes for that, (1 + 1/k) / 2."""
-    def factor(value: float) -> float:
-        return value if math.isfinite(value) else 1.0  # a phase the configuration does not have
-
-    world = bool(contention.get("world"))
+    """``host_contention``'s factors as device scales (``device_scale``) by (configuration key, workers), for
+    the configurations of ``configs`` it measured; ``--world``: the processes formed one world."""
     algorithm = {c.key: c.settings["algorithm"] for c in configs}
-    scales = {}
-    for row in contention["configurations"]:
-        key = tuple(row["key"])
-        if key not in algorithm:
-            continue
-        for count, f in row["factors"].items():
-            k = int(count)
-            if algorithm[key] == "allreduce":
-                codec = (f["compute_s" if world else "exposed_comm_s"],) * 2
-            elif world and algorithm[key] == "sra":
-                codec = (f["encode_s"] / ((1 + 1 / k) / 2), f["decode_s"])
-            else:
-                codec = (f["encode_s"], f["decode_s"])
-            scales[key, k] = predict.DeviceScale(*map(factor, (f["compute_s"], *codec)))
-    return scales
+    return {(tuple(row["key"]), int(count)): device_scale(algorithm[tuple(row["key"])], int(count), f,
+                                                          bool(contention.get("world")))
+            for row in contention["configurations"] if tuple(row["key"]) in algorithm
+            for count, f in row["factors"].items()}
 
 
 def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials,
@@ -114,7 +111,7 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials,
     """What hosts sharing this machine cost, from trials of the grid's configurations at its worker counts
     without overlap over links the machine, not tbf, limits (``sweeps/predictor_sharing.yaml``): each
     phase's time there over its one-worker time (``inputs``) as device scales, by (configuration key,
-    workers), as ``measured_scales`` takes them from a world; and the links' latency per message under
+    workers), as ``device_scale`` takes them from a world; and the links' latency per message under
     that load, by (configuration key, workers): for the hooks, the median over them of the communication
     measured beyond the link model's time for the bytes, over the messages the model counts (ring
     all_reduce 2(p - 1), all_gather and all_to_all p - 1 each); for plain DDP, whose C++ all_reduces
@@ -128,15 +125,9 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials,
         config = configs.get(predict.step_key(s))
         if config is None:
             continue
-        k = s["num_workers"]
-        compute = float(row["compute_s"]) / config.compute_s
-        if s["algorithm"] == "allreduce":
-            codec = (compute, compute)
-        else:
-            encode = float(row["encode_s"]) / config.encode_s
-            codec = (encode / ((1 + 1 / k) / 2) if s["algorithm"] == "sra" else encode,
-                     float(row["decode_s"]) / config.decode_s)
-        scales[config.key, k] = predict.DeviceScale(compute, *codec)
+        alone = {"compute_s": config.compute_s, "encode_s": config.encode_s, "decode_s": config.decode_s}
+        factors = {phase: float(row[phase]) / t if t > 0 else math.nan for phase, t in alone.items()}
+        scales[config.key, s["num_workers"]] = device_scale(s["algorithm"], s["num_workers"], factors, world=True)
     # What a hook's measured communication has beyond the link model's time for its bytes is its messages'
     # latency under this load; plain DDP's communication is not timed: its latency is the one at which
     # the model gives its measured step time.

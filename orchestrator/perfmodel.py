@@ -64,18 +64,13 @@ def step_time(fwd_s: float, bwd_s: float, opt_s: float, buckets: list[Bucket], o
     # Encodes and decodes run on the compute device: each delays the rest of backward and every later
     # bucket (an earlier bucket's decode is taken to run before the next bucket is ready: exact when its
     # communication is short, and where it is long the later buckets' finish, not backward, sets the pace).
-    finish, shift = 0.0, 0.0
-    for b in buckets[:-1]:
-        shift += b.encode_s
+    finish, shift, decode = 0.0, 0.0, 0.0
+    for b in buckets:
+        shift += decode + b.encode_s
         finish = max(finish, b.ready_s + shift) + b.comm_s
-        shift += b.decode_s
-    if not buckets:
-        return fwd_s + bwd_s + opt_s
-    last = buckets[-1]
-    shift += last.encode_s
-    finish = max(finish, last.ready_s + shift) + last.comm_s
+        decode = b.decode_s
     # the last bucket's decode ends the step
-    return fwd_s + max(bwd_s + shift, finish + last.decode_s) + opt_s
+    return fwd_s + max(bwd_s + shift, finish + decode) + opt_s
 
 
 def speedup_bound(baseline_step_s: float, compute_s: float) -> float:
