@@ -28,7 +28,7 @@ import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from orchestrator import env_info, predict
 
@@ -105,29 +105,53 @@ def measured_scales(contention: dict[str, Any], configs: list[predict.Config],
             for count, f in row["factors"].items()}
 
 
-def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials,
-                   ) -> tuple[dict[tuple[tuple[str, str], int], predict.DeviceScale],
-                              dict[tuple[tuple[str, str], int], float]]:
+class Sharing(NamedTuple):
+    """What hosts sharing this machine cost, by (configuration key, workers) (``sharing_inputs``)."""
+    scales: dict[tuple[tuple[str, str], int], predict.DeviceScale]
+    latency: dict[tuple[tuple[str, str], int], float]  # s per message under that load
+    busy: dict[tuple[tuple[str, str], int, bool], float]  # the machine's busy time per step, s, by overlap too
+
+
+def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials) -> Sharing:
     """What hosts sharing this machine cost, from trials of the grid's configurations at its worker counts
-    without overlap over links the machine, not tbf, limits (``sweeps/predictor_sharing.yaml``): each
-    phase's time there over its one-worker time (``inputs``) as device scales, by (configuration key,
-    workers), as ``device_scale`` takes them from a world; and the links' latency per message under
-    that load, by (configuration key, workers): for the hooks, the median over them of the communication
+    without overlap over links the machine, not tbf, limits (``sweeps/predictor_sharing.yaml``), each
+    figure the median over repeated trials of a (configuration key, workers): each phase's time there over
+    its one-worker time (``inputs``) as device scales, as ``device_scale`` takes them from a world; the
+    links' latency per message under that load: for the hooks, the median over them of the communication
     measured beyond the link model's time for the bytes, over the messages the model counts (ring
     all_reduce 2(p - 1), all_gather and all_to_all p - 1 each); for plain DDP, whose C++ all_reduces
-    pay less of it and whose communication is not timed, the latency at which the model gives its step."""
+    pay less of it and whose communication is not timed, the latency at which the model gives its step
+    (all these from the trials without overlap, whose phases add up); and, with overlap and without,
+    the machine's busy time per step (its step time x the share of CPU time not idle, where the trial
+    recorded ``cpu_idle_share``): the hosts' CPU work per step, which no slower link shortens."""
     configs = {c.key: c for c in predict.configurations(inputs)[0]}
+    every = [(r, row) for r, row in sharing if r["settings"]["num_workers"] > 1
+             and predict.step_key(r["settings"]) in configs]
     # overlapped, a trial's phases run at once and its communication hides behind them
-    sharing = [(r, row) for r, row in sharing if r["settings"]["num_workers"] > 1 and not r["settings"]["overlap"]]
-    scales = {}
+    sharing = [(r, row) for r, row in every if not r["settings"]["overlap"]]
+
+    def at(record: dict[str, Any]) -> tuple[tuple[str, str], int]:
+        return predict.step_key(record["settings"]), record["settings"]["num_workers"]
+
+    def medians(figures: dict[Any, list[float]]) -> dict[Any, float]:
+        return {key: statistics.median(values) for key, values in figures.items() if values}
+
+    busy: dict[tuple[tuple[str, str], int, bool], list[float]] = {}
+    for record, row in every:
+        idle = float(row.get("cpu_idle_share", math.nan))
+        if math.isfinite(idle):
+            busy.setdefault((*at(record), bool(record["settings"]["overlap"])), []).append(
+                float(row["step_time_s"]) * (1 - idle))
+    factors: dict[tuple[tuple[str, str], int], list[dict[str, float]]] = {}
     for record, row in sharing:
-        s = record["settings"]
-        config = configs.get(predict.step_key(s))
-        if config is None:
-            continue
+        config = configs[predict.step_key(record["settings"])]
         alone = {"compute_s": config.compute_s, "encode_s": config.encode_s, "decode_s": config.decode_s}
-        factors = {phase: float(row[phase]) / t if t > 0 else math.nan for phase, t in alone.items()}
-        scales[config.key, s["num_workers"]] = device_scale(s["algorithm"], s["num_workers"], factors, world=True)
+        factors.setdefault(at(record), []).append(
+            {phase: float(row[phase]) / t if t > 0 else math.nan for phase, t in alone.items()})
+    scales = {}
+    for (key, k), runs in factors.items():
+        median = {phase: statistics.median(f[phase] for f in runs) for phase in runs[0]}
+        scales[key, k] = device_scale(configs[key].settings["algorithm"], k, median, world=True)
     # What a hook's measured communication has beyond the link model's time for its bytes is its messages'
     # latency under this load; plain DDP's communication is not timed: its latency is the one at which
     # the model gives its measured step time.
@@ -135,21 +159,20 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials,
     zero = {key: 0.0 for key in scales}
     bare = predict.trial_predictions(sharing, inputs, scales=scales, latency=zero, profiles=profiles)
     measured: dict[int, list[float]] = {}
-    plain = {}
+    plain: dict[tuple[tuple[str, str], int], list[float]] = {}
     for record, row in sharing:
         guess = bare.get(record["trial_id"])
         if guess is None or not guess["messages"]:
             continue
-        key, k = predict.step_key(record["settings"]), record["settings"]["num_workers"]
         if math.isfinite(float(row["comm_s"])):
-            measured.setdefault(k, []).append((float(row["comm_s"]) - guess["comm_s"]) / guess["messages"])
+            measured.setdefault(at(record)[1], []).append((float(row["comm_s"]) - guess["comm_s"]) / guess["messages"])
         else:
-            def step_at(alpha: float, trial: tuple = (record, row), at: tuple = (key, k)) -> float:
-                return predict.trial_predictions([trial], inputs, scales=scales, latency={at: alpha},
+            def step_at(alpha: float, trial: tuple = (record, row)) -> float:
+                return predict.trial_predictions([trial], inputs, scales=scales, latency={at(trial[0]): alpha},
                                                  profiles=profiles)[trial[0]["trial_id"]]["predicted_step_time_s"]
-            plain[key, k] = _solve(step_at, float(row["step_time_s"]))
+            plain.setdefault(at(record), []).append(_solve(step_at, float(row["step_time_s"])))
     latency = {(key, k): max(0.0, statistics.median(measured[k])) for key, k in scales if k in measured}
-    return scales, {**latency, **plain}
+    return Sharing(scales, {**latency, **medians(plain)}, medians(busy))
 
 
 def _solve(step_at: Callable[[float], float], target: float, high: float = 0.1) -> float:
@@ -196,15 +219,24 @@ def main(argv: list[str] | None = None) -> None:
         runs["measured sharing"] = scored(scales=scales)
     sharing_figures = None
     if args.sharing:
-        scales, latency = sharing_inputs([t for folder in args.sharing for t in predict.read_trials(folder)], inputs)
+        scales, latency, busy = sharing_inputs([t for folder in args.sharing for t in predict.read_trials(folder)],
+                                               inputs)
         sharing_figures = {"latency_s": [{"key": list(key), "num_workers": k, "latency_s": a}
                                          for (key, k), a in latency.items()],
                            "scales": [{"key": list(key), "num_workers": k, **vars(scale)}
-                                      for (key, k), scale in scales.items()]}
+                                      for (key, k), scale in scales.items()],
+                           "busy_s": [{"key": list(key), "num_workers": k, "overlap": on, "busy_s": t}
+                                      for (key, k, on), t in busy.items()]}
         print("latency per message under load: " + ", ".join(f"{key[1]} {k} workers {a * 1e3:.2f} ms"
                                                              for (key, k), a in sorted(latency.items())))
         runs["sharing in trials"] = scored(scales=scales, latency=latency)
-    primary = next(name for name in ("sharing in trials", "measured sharing", "shared cores") if name in runs)
+        if busy:
+            print("machine busy per step: " + ", ".join(
+                f"{key[1]} {k} workers overlap {'on' if on else 'off'} {t * 1e3:.0f} ms"
+                for (key, k, on), t in sorted(busy.items())))
+            runs["sharing in trials, busy machine"] = scored(scales=scales, latency=latency, busy=busy)
+    primary = next(name for name in ("sharing in trials, busy machine", "sharing in trials", "measured sharing",
+                                     "shared cores") if name in runs)
     shared = runs[primary]
     own = {(c["configuration"], c["num_workers"], c["bandwidth"], c["overlap"]): c for c in runs["own cores"]}
     print("| hosts | bandwidth | overlap | configuration | measured (ms) | predicted (ms) | error | speedup "

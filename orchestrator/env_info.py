@@ -12,7 +12,7 @@ import math
 import os
 import platform
 import socket
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -52,11 +52,19 @@ def describe() -> dict[str, Any]:
     }
 
 
-def cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int] | None:
-    """The machine's (stolen, all) CPU time so far in clock ticks, from Linux's ``stat``; None elsewhere.
+class CpuTicks(NamedTuple):
+    """The machine's CPU time so far in clock ticks: stolen, idle (with waiting for I/O) and all."""
+    stolen: int
+    idle: int
+    all: int
+
+
+def cpu_ticks(stat: str = "/proc/stat") -> CpuTicks | None:
+    """The machine's CPU time so far, from Linux's ``stat``; None elsewhere.
 
     Stolen time is what a virtual machine's hypervisor gave to other guests while this one had work to
-    run: a noisy neighbour that makes one measurement slower than the next (``steal_share``)."""
+    run: a noisy neighbour that makes one measurement slower than the next (``steal_share``). Idle time
+    says whether the machine's cores, not waiting, set the pace (``idle_share``)."""
     try:
         with open(stat) as f:
             fields = f.readline().split()
@@ -69,15 +77,25 @@ def cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int] | None:
         ticks = [int(x) for x in fields[1:9]]
     except ValueError:
         return None
-    return ticks[7], sum(ticks)
+    return CpuTicks(stolen=ticks[7], idle=ticks[3] + ticks[4], all=sum(ticks))
 
 
-def steal_share(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float:
+def _share(start: CpuTicks | None, end: CpuTicks | None, part: str) -> float:
+    if start is None or end is None or end.all <= start.all:
+        return math.nan
+    return (getattr(end, part) - getattr(start, part)) / (end.all - start.all)
+
+
+def steal_share(start: CpuTicks | None, end: CpuTicks | None) -> float:
     """The share of all CPU time between two ``cpu_ticks`` that the hypervisor stole: 0 on bare metal,
     NaN where it cannot be read or no tick passed."""
-    if start is None or end is None or end[1] <= start[1]:
-        return math.nan
-    return (end[0] - start[0]) / (end[1] - start[1])
+    return _share(start, end, "stolen")
+
+
+def idle_share(start: CpuTicks | None, end: CpuTicks | None) -> float:
+    """The share of all CPU time between two ``cpu_ticks`` that no process wanted: near 0 where the
+    cores are the bottleneck; NaN where it cannot be read or no tick passed."""
+    return _share(start, end, "idle")
 
 
 def collect() -> dict[str, Any]:

@@ -53,7 +53,10 @@ orchestrator.plots, and configurations are labelled by orchestrator.labels.
   ``cpu_steal_share``: the share of the machine's CPU time a virtual machine's
   hypervisor gave to other guests during the epoch's steps (max over the
   workers' machines; 0 on bare metal, empty where /proc/stat is not there): a
-  noisy neighbour, which makes step times of one run slower than another's. The
+  noisy neighbour, which makes step times of one run slower than another's.
+  ``cpu_idle_share``: the share of the machine's CPU time idle (or waiting for
+  I/O) during the epoch's steps (min over the workers' machines): near 0 where
+  the cores, not the link, set the pace, as where emulated hosts share them. The
   training loop reports each per epoch (median over its steps, max over
   ranks); the table holds the median over the epochs run.
 - ``predicted_step_time_s``: beside ``step_time_s``, what the performance model

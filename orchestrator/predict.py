@@ -336,7 +336,9 @@ def emulated_compute_scale(num_workers: int, hosts: int, cpu_count: int) -> floa
 def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: int | None = None,
                       scales: Mapping[tuple[tuple[str, str], int], DeviceScale] | None = None,
                       latency: Mapping[tuple[tuple[str, str], int], float] | None = None,
-                      profiles: dict[str, Profile | None] | None = None) -> dict[str, dict[str, float]]:
+                      profiles: dict[str, Profile | None] | None = None,
+                      busy: Mapping[tuple[tuple[str, str], int, bool], float] | None = None,
+                      ) -> dict[str, dict[str, float]]:
     """The predicted step (``predict_step``) of each multi-worker trial run on an emulated cluster (its workers,
     its overlap, its calibrated link's goodput and latency), by trial_id, from the one-worker trials
     of ``inputs`` (default: ``trials``) of the same workload and configuration; trials without
@@ -344,7 +346,10 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
     trials it lacks are left out), else ``emulated_compute_scale`` from ``cpu_count``, the machine's
     cores, else as measured alone. The link's latency per message: ``latency`` by (``step_key``, workers)
     where given (measured as the trial's hosts load the machine), else the calibration's (idle hosts).
-    ``profiles``: the models' step profiles by workload, kept between calls (filled in here)."""
+    ``profiles``: the models' step profiles by workload, kept between calls (filled in here).
+    ``busy``: by (``step_key``, workers, overlap), the machine's busy time per step where the trial's hosts
+    share its cores (measured): no timeline is shorter, for then what the hosts do is CPU work that waits
+    for the cores, and hiding one host's communication behind its backward only lends its core to another."""
     targets = [(r, r["link"]) for r, _ in trials
                if r["settings"]["num_workers"] > 1 and (r.get("link") or {}).get("calibrated_bps")]
     configs = {c.key: c for c in configurations(inputs if inputs is not None else trials)[0]} if targets else {}
@@ -378,7 +383,9 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
         alpha = (latency or {}).get((config.key, p), link.get("calibrated_latency_s") or 0.0)
         wire = perfmodel.Link(link["calibrated_bps"] / 8, alpha)
         reduce = reduce_bps() if reduce is None else reduce
-        out[record["trial_id"]] = predict_step(step, p, wire, reduce)
+        predicted = predict_step(step, p, wire, reduce)
+        floor = (busy or {}).get((config.key, p, bool(s["overlap"])), 0.0)
+        out[record["trial_id"]] = {**predicted, "predicted_step_time_s": max(predicted["predicted_step_time_s"], floor)}
     return out
 
 

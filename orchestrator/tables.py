@@ -34,7 +34,7 @@ __all__ = [
 
 # Per-step metrics of the training loop, summarised as the median over epochs.
 STEP_METRICS = ("step_time_s", "compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
-                "samples_per_s", "bytes_sent", "compression_ratio", "cpu_steal_share")
+                "samples_per_s", "bytes_sent", "compression_ratio", "cpu_steal_share", "cpu_idle_share")
 # workloads.model_summary of the trained model, as the training loop returned it.
 MODEL_COLUMNS = ("parameters", "grad_bytes_fp32", "compressible_share")
 RESULT_COLUMNS = (

@@ -228,9 +228,13 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             samples += len(batch)
             global_step += 1
         stats = hook.history[first_stat:]
-        # NaN (no /proc/stat) is sent as -1: a MAX over ranks with a NaN depends on their order
-        steal = env_info.steal_share(ticks, env_info.cpu_ticks())
-        epoch_time, steal = aggregate([sum(step_times), steal if math.isfinite(steal) else -1.0], "max")
+        end_ticks = env_info.cpu_ticks()
+        steal, idle = env_info.steal_share(ticks, end_ticks), env_info.idle_share(ticks, end_ticks)
+        # One MAX over ranks: the most stolen machine, and the least idle one as its idle share negated.
+        # NaN (no /proc/stat) is sent as -2, below every share: a MAX with a NaN depends on the ranks' order.
+        epoch_time, steal, idle = aggregate([sum(step_times), steal if math.isfinite(steal) else -2.0,
+                                             -idle if math.isfinite(idle) else -2.0], "max")
+        idle = -idle
         train_time += epoch_time
         loss_sum, samples = aggregate([loss_sum, float(samples)], "sum")
         bytes_sent = statistics.fmean(s.bytes_sent for s in stats) if stats else 0.0
@@ -262,6 +266,7 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             "compute_s": compute_s, "exposed_comm_s": exposed_comm_s,
             "encode_s": encode_s, "comm_s": comm_s, "decode_s": decode_s,
             "bytes_sent": bytes_sent, "cpu_steal_share": steal if steal >= 0 else math.nan,
+            "cpu_idle_share": idle if idle <= 1 else math.nan,
             "compression_ratio": accounting.compression_ratio(grad_numel, world, bytes_sent),
             "time_to_accuracy_s": reached_at,
             "status": "running" if status == "ok" and epoch < config["epochs"] else status,

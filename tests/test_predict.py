@@ -291,14 +291,15 @@ def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load
     shared = {"compute_s": 0.012, "encode_s": 0.003, "decode_s": 0.003, "exposed_comm_s": 0.05,
               "time_to_accuracy_s": math.nan}
 
-    def sharing(folder, qsgd_comm, plain_step):
+    def sharing(folder, qsgd_comm, plain_step, compute=0.012, idle=0.25):
         folder.mkdir()
         return predict.read_trials(write_folder(folder, [
             # plain DDP: its communication is not timed, its step is
             ({"num_workers": 2, "overlap": False}, {**shared, "comm_s": math.nan, "step_time_s": plain_step}),
-            ({**qsgd, "num_workers": 2, "overlap": False}, {**shared, "comm_s": qsgd_comm, "step_time_s": 0.1}),
-            ({**qsgd, "num_workers": 2, "overlap": True},  # overlapped: phases mixed, not used
-             {**shared, "comm_s": 9.0, "step_time_s": 9.0})],
+            ({**qsgd, "num_workers": 2, "overlap": False},
+             {**shared, "compute_s": compute, "comm_s": qsgd_comm, "step_time_s": 0.1, "cpu_idle_share": idle}),
+            ({**qsgd, "num_workers": 2, "overlap": True},  # overlapped: phases mixed, only its busy time used
+             {**shared, "comm_s": 9.0, "step_time_s": 9.0, "cpu_idle_share": 0.5})],
             links={0: link, 1: link, 2: link}))
 
     # the link model's time for the trials' bytes at a latency, and the messages the qsgd trial sends in turn
@@ -313,7 +314,7 @@ def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load
     assert model(0.0)["t1"]["messages"] == 4  # 2 workers: the small tensors' all_reduce 2, all_to_all 1, all_gather 1
     trials = sharing(tmp_path / "measured", model(0.0)["t1"]["comm_s"] + 4 * 2e-3,
                      model(1e-3)["t0"]["predicted_step_time_s"])
-    scales, latency = predictor_validation.sharing_inputs(trials, inputs)
+    scales, latency, busy = predictor_validation.sharing_inputs(trials, inputs)
     # compute 0.012 / 0.008; encode 0.003 / 0.002 over sra's (1 + 1/2) / 2 of the one-worker work; decode 3x;
     # plain DDP's device work is its compute: its (zero) codec takes the same factor
     assert scales == {(keys[1], 2): predict.DeviceScale(1.5, pytest.approx(2.0), pytest.approx(3.0)),
@@ -321,10 +322,43 @@ def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load
     # the hook: its communication beyond the bytes' time over its messages, not the calibration's 0.1 ms;
     # plain DDP: the latency at which the model gives its measured step
     assert latency == {(keys[1], 2): pytest.approx(2e-3, rel=1e-9), (keys[0], 2): pytest.approx(1e-3, rel=1e-6)}
+    # the machine was busy 3/4 of the qsgd trial's 0.1 s step; plain DDP's trial did not record its idle share
+    # and the overlapped trial's machine half its 9 s step
+    assert busy == {(keys[1], 2, False): pytest.approx(0.075, rel=1e-12), (keys[1], 2, True): 4.5}
     again = predict.trial_predictions(trials, inputs, scales=scales, latency=latency)
     assert again["t1"]["comm_s"] == pytest.approx(model(0.0)["t1"]["comm_s"] + 4 * 2e-3, rel=1e-9)
     assert again["t0"]["predicted_step_time_s"] == pytest.approx(model(1e-3)["t0"]["predicted_step_time_s"], rel=1e-6)
     # quicker than the link model at no latency: no negative latency
-    _, none = predictor_validation.sharing_inputs(sharing(tmp_path / "quick", model(0.0)["t1"]["comm_s"] / 2, 1e-3),
-                                                  inputs)
+    _, none, _ = predictor_validation.sharing_inputs(
+        sharing(tmp_path / "quick", model(0.0)["t1"]["comm_s"] / 2, 1e-3), inputs)
     assert none == {(keys[1], 2): 0.0, (keys[0], 2): 0.0}
+    # repeated sharing trials: each figure is their median
+    runs = [t for i, (compute, idle) in enumerate([(0.012, 0.5), (0.02, 0.1), (0.016, 0.25)])
+            for t in sharing(tmp_path / f"run{i}", model(0.0)["t1"]["comm_s"] + 4 * 2e-3,
+                             model(1e-3)["t0"]["predicted_step_time_s"], compute, idle)]
+    scales, latency, busy = predictor_validation.sharing_inputs(runs, inputs)
+    assert scales[keys[1], 2].compute == pytest.approx(0.016 / 0.008, rel=1e-12)
+    assert busy == {(keys[1], 2, False): pytest.approx(0.075, rel=1e-12), (keys[1], 2, True): 4.5}
+    assert latency == {(keys[1], 2): pytest.approx(2e-3, rel=1e-9), (keys[0], 2): pytest.approx(1e-3, rel=1e-6)}
+
+
+def test_no_timeline_beats_the_busy_machine(tmp_path, monkeypatch):
+    # hosts sharing a machine's cores: a step takes at least the machine's busy time (with its overlap)
+    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predict, "profile", lambda settings: PROFILE)
+    link = {"hosts": 4, "bandwidth": "8mbit", "calibrated_bps": 8e6, "calibrated_latency_s": 0.0}
+    trials = predict.read_trials(write_folder(tmp_path, [
+        ({}, ONE), ({"num_workers": 2, "overlap": True}, ONE), ({"num_workers": 2, "overlap": False}, ONE)],
+        links={1: link, 2: link}))
+    key = predict.step_key(trials[0][0]["settings"])
+    scales = {(key, 2): predict.DeviceScale.uniform(1.0)}
+    free = predict.trial_predictions(trials, scales=scales)
+    slowest = max(free["t1"]["predicted_step_time_s"], free["t2"]["predicted_step_time_s"])
+    floored = predict.trial_predictions(trials, scales=scales, busy={(key, 2, True): 1.5 * slowest})
+    assert floored["t1"] == {**free["t1"], "predicted_step_time_s": 1.5 * slowest}  # only the step time changes
+    assert floored["t2"] == free["t2"]  # its floor is that of the trials without overlap: none given
+    assert predict.trial_predictions(trials, scales=scales, busy={(key, 2, False): 2 * slowest})["t2"] == \
+        {**free["t2"], "predicted_step_time_s": 2 * slowest}
+    # below the timeline, or for other workers, it changes nothing
+    assert predict.trial_predictions(trials, scales=scales, busy={(key, 2, True): slowest / 2, (key, 4, True): 1.0,
+                                                                  (key, 2, False): slowest / 2}) == free

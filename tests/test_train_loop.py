@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from orchestrator.env_info import cpu_ticks, steal_share
+from orchestrator.env_info import CpuTicks, cpu_ticks, idle_share, steal_share
 from orchestrator.train_loop import train
 from tests.distributed import run_ranks
 
@@ -117,18 +117,22 @@ def test_one_worker_runs_the_compressor_through_the_ddp_hook(compressor, params)
     assert low["status"] == "ok"
     assert low["final"]["train_loss"] != base["final"]["train_loss"]
     assert low["final"]["bytes_sent"] == 0  # nothing leaves a one-process group
-    steal = low["final"]["cpu_steal_share"]
-    assert math.isnan(steal) if cpu_ticks() is None else 0.0 <= steal <= 1.0
+    for share in ("cpu_steal_share", "cpu_idle_share"):
+        value = low["final"][share]
+        assert math.isnan(value) if cpu_ticks() is None else 0.0 <= value <= 1.0
 
 
-def test_steal_share_is_the_hypervisors_part_of_all_cpu_time(tmp_path):
+def test_steal_and_idle_shares_of_all_cpu_time(tmp_path):
     stat = tmp_path / "stat"
     # user nice system idle iowait irq softirq steal guest guest_nice: guest is inside user already
     stat.write_text("cpu  669 829 321 128 4 0 5 60 7 0\ncpu0 300 400 100 64 2 0 2 30 3 0\n")
-    assert cpu_ticks(str(stat)) == (60, 669 + 829 + 321 + 128 + 4 + 0 + 5 + 60)
-    assert steal_share((60, 2016), (90, 2216)) == pytest.approx(30 / 200)
-    assert math.isnan(steal_share((60, 2016), (60, 2016)))  # no tick passed
-    assert math.isnan(steal_share(None, (60, 2016)))
+    assert cpu_ticks(str(stat)) == CpuTicks(stolen=60, idle=128 + 4, all=669 + 829 + 321 + 128 + 4 + 0 + 5 + 60)
+    start, end = CpuTicks(60, 132, 2016), CpuTicks(90, 182, 2216)
+    assert steal_share(start, end) == pytest.approx(30 / 200)
+    assert idle_share(start, end) == pytest.approx(50 / 200)
+    for share in (steal_share, idle_share):
+        assert math.isnan(share(start, start))  # no tick passed
+        assert math.isnan(share(None, end))
     for text in ("intr 1 2 3\n", "cpu  1 2 3\n", "cpu  1 2 3 x 5 6 7 8\n"):
         stat.write_text(text)
         assert cpu_ticks(str(stat)) is None
