@@ -10,9 +10,10 @@ With the hosts sharing this machine's cores as the model guesses (``emulated_com
 each host had the cores to itself (what the model assumes of a real cluster), with ``--contention``
 (``benchmarks/host_contention.py``'s figures: the one-worker trials run k at once, outside Ray and
 the namespaces) and with ``--sharing`` (``sweeps/predictor_sharing.yaml``: the configurations at k
-workers over links about as fast as the machine can feed, as trials: device scales and the links'
-latency per message under that load, ``sharing_inputs``); the table and per-phase ratios are of the
-last of these given.
+workers over links about as fast as the machine can feed, as trials: device scales, the links'
+latency per message under that load and the machine's busy time per step, ``sharing_inputs``; scored
+with the busy time as a floor, "sharing in trials, busy machine", and without); the table and
+per-phase ratios are of the last of these given.
 
     sudo lowprec run sweeps/predictor_inputs.yaml --results results/predictor_inputs
     sudo lowprec run sweeps/predictor_sharing.yaml --results results/predictor_sharing
@@ -106,15 +107,16 @@ def measured_scales(contention: dict[str, Any], configs: list[predict.Config],
 
 
 class Sharing(NamedTuple):
-    """What hosts sharing this machine cost, by (configuration key, workers) (``sharing_inputs``)."""
+    """What hosts sharing this machine cost (``sharing_inputs``): by (configuration key, workers), and the
+    busy time by (configuration key, workers, overlap)."""
     scales: dict[tuple[tuple[str, str], int], predict.DeviceScale]
     latency: dict[tuple[tuple[str, str], int], float]  # s per message under that load
     busy: dict[tuple[tuple[str, str], int, bool], float]  # the machine's busy time per step, s, by overlap too
 
 
 def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials) -> Sharing:
-    """What hosts sharing this machine cost, from trials of the grid's configurations at its worker counts
-    without overlap over links the machine, not tbf, limits (``sweeps/predictor_sharing.yaml``), each
+    """What hosts sharing this machine cost, from trials of the grid's configurations at its worker counts,
+    with overlap and without, over links the machine, not tbf, limits (``sweeps/predictor_sharing.yaml``), each
     figure the median over repeated trials of a (configuration key, workers): each phase's time there over
     its one-worker time (``inputs``) as device scales, as ``device_scale`` takes them from a world; the
     links' latency per message under that load: for the hooks, the median over them of the communication
@@ -134,7 +136,7 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials) -> Sharing:
         return predict.step_key(record["settings"]), record["settings"]["num_workers"]
 
     def medians(figures: dict[Any, list[float]]) -> dict[Any, float]:
-        return {key: statistics.median(values) for key, values in figures.items() if values}
+        return {key: statistics.median(values) for key, values in figures.items()}
 
     busy: dict[tuple[tuple[str, str], int, bool], list[float]] = {}
     for record, row in every:
@@ -150,18 +152,21 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials) -> Sharing:
             {phase: float(row[phase]) / t if t > 0 else math.nan for phase, t in alone.items()})
     scales = {}
     for (key, k), runs in factors.items():
-        median = {phase: statistics.median(f[phase] for f in runs) for phase in runs[0]}
+        # a phase a configuration does not have is NaN in every run: NaN, which device_scale takes as 1x
+        median = {phase: statistics.median(finite) if (finite := [f[phase] for f in runs if math.isfinite(f[phase])])
+                  else math.nan for phase in runs[0]}
         scales[key, k] = device_scale(configs[key].settings["algorithm"], k, median, world=True)
     # What a hook's measured communication has beyond the link model's time for its bytes is its messages'
     # latency under this load; plain DDP's communication is not timed: its latency is the one at which
     # the model gives its measured step time.
     profiles: dict[str, Any] = {}
     zero = {key: 0.0 for key in scales}
-    bare = predict.trial_predictions(sharing, inputs, scales=scales, latency=zero, profiles=profiles)
     measured: dict[int, list[float]] = {}
     plain: dict[tuple[tuple[str, str], int], list[float]] = {}
     for record, row in sharing:
-        guess = bare.get(record["trial_id"])
+        # one trial at a time: repeated runs of a sweep give their trials the same ids, each its own link
+        guess = predict.trial_predictions([(record, row)], inputs, scales=scales, latency=zero,
+                                          profiles=profiles).get(record["trial_id"])
         if guess is None or not guess["messages"]:
             continue
         if math.isfinite(float(row["comm_s"])):

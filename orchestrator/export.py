@@ -57,8 +57,9 @@ orchestrator.plots, and configurations are labelled by orchestrator.labels.
   ``cpu_idle_share``: the share of the machine's CPU time idle (or waiting for
   I/O) during the epoch's steps (min over the workers' machines): near 0 where
   the cores, not the link, set the pace, as where emulated hosts share them. The
-  training loop reports each per epoch (median over its steps, max over
-  ranks); the table holds the median over the epochs run.
+  training loop reports each per epoch (the step metrics: median over its steps,
+  max over ranks; the CPU shares: over the epoch's steps, steal max and idle min
+  over ranks); the table holds the median over the epochs run.
 - ``predicted_step_time_s``: beside ``step_time_s``, what the performance model
   (orchestrator.predict, ``lowprec predict``) expects of a multi-worker trial run on
   an emulated cluster, from the folder's one-worker trial of the same configuration

@@ -299,7 +299,7 @@ def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load
             ({**qsgd, "num_workers": 2, "overlap": False},
              {**shared, "compute_s": compute, "comm_s": qsgd_comm, "step_time_s": 0.1, "cpu_idle_share": idle}),
             ({**qsgd, "num_workers": 2, "overlap": True},  # overlapped: phases mixed, only its busy time used
-             {**shared, "comm_s": 9.0, "step_time_s": 9.0, "cpu_idle_share": 0.5})],
+             {**shared, "compute_s": 0.04, "comm_s": 9.0, "step_time_s": 9.0, "cpu_idle_share": 0.5})],
             links={0: link, 1: link, 2: link}))
 
     # the link model's time for the trials' bytes at a latency, and the messages the qsgd trial sends in turn
@@ -333,12 +333,28 @@ def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load
         sharing(tmp_path / "quick", model(0.0)["t1"]["comm_s"] / 2, 1e-3), inputs)
     assert none == {(keys[1], 2): 0.0, (keys[0], 2): 0.0}
     # repeated sharing trials: each figure is their median
-    runs = [t for i, (compute, idle) in enumerate([(0.012, 0.5), (0.02, 0.1), (0.016, 0.25)])
-            for t in sharing(tmp_path / f"run{i}", model(0.0)["t1"]["comm_s"] + 4 * 2e-3,
-                             model(1e-3)["t0"]["predicted_step_time_s"], compute, idle)]
+    # (the runs' trials have the same ids, as repeated runs of one sweep have, and links of their own)
+    runs = []
+    for i, (compute, idle, bps) in enumerate([(0.012, 0.5, 8e6), (0.03, 0.1, 4e6), (0.016, 0.25, 2e6)]):
+        linked = {**link, "calibrated_bps": bps}
+        (tmp_path / f"probe{i}").mkdir()
+        probe = predict.read_trials(write_folder(tmp_path / f"probe{i}", [
+            ({"num_workers": 2, "overlap": False}, {**shared, "comm_s": math.nan, "step_time_s": 1.0}),
+            ({**qsgd, "num_workers": 2, "overlap": False}, {**shared, "comm_s": 1.0, "step_time_s": 1.0})],
+            links={0: linked, 1: linked}))
+        bare = predict.trial_predictions(probe, inputs, scales=scale, latency={(key, 2): 0.0 for key in keys})
+        plain_step = predict.trial_predictions(probe, inputs, scales=scale,
+                                               latency={(key, 2): 1e-3 for key in keys})["t0"]["predicted_step_time_s"]
+        # each run's hook measured its own link's time for the bytes plus 4 messages of 2 ms
+        (tmp_path / f"run{i}").mkdir()
+        runs += predict.read_trials(write_folder(tmp_path / f"run{i}", [
+            ({"num_workers": 2, "overlap": False}, {**shared, "comm_s": math.nan, "step_time_s": plain_step}),
+            ({**qsgd, "num_workers": 2, "overlap": False},
+             {**shared, "compute_s": compute, "comm_s": bare["t1"]["comm_s"] + 4 * 2e-3, "step_time_s": 0.1,
+              "cpu_idle_share": idle})], links={0: linked, 1: linked}))
     scales, latency, busy = predictor_validation.sharing_inputs(runs, inputs)
-    assert scales[keys[1], 2].compute == pytest.approx(0.016 / 0.008, rel=1e-12)
-    assert busy == {(keys[1], 2, False): pytest.approx(0.075, rel=1e-12), (keys[1], 2, True): 4.5}
+    assert scales[keys[1], 2].compute == pytest.approx(0.016 / 0.008, rel=1e-12)  # the median, not the mean
+    assert busy == {(keys[1], 2, False): pytest.approx(0.075, rel=1e-12)}
     assert latency == {(keys[1], 2): pytest.approx(2e-3, rel=1e-9), (keys[0], 2): pytest.approx(1e-3, rel=1e-6)}
 
 

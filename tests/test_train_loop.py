@@ -55,6 +55,13 @@ def test_two_workers_with_fp32_match_one_worker_with_the_doubled_batch():
     final = double[0]["final"]
     assert math.isnan(final["comm_s"]) and final["encode_s"] == final["decode_s"] == 0.0
     assert final["exposed_comm_s"] >= 0 and 0 < final["compute_s"] <= final["step_time_s"]
+    # the machine's CPU shares, agreed over the ranks (steal: the most; idle: the least)
+    for share in ("cpu_steal_share", "cpu_idle_share"):
+        values = [ranked["final"][share] for ranked in double]
+        if cpu_ticks() is None:
+            assert all(math.isnan(v) for v in values)
+        else:
+            assert values[0] == values[1] and 0.0 <= values[0] <= 1.0
 
 
 @pytest.mark.slow
