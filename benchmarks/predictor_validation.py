@@ -27,7 +27,7 @@ import argparse
 import json
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,6 +35,13 @@ from orchestrator import env_info, predict
 
 
 PHASES = ("compute_s", "encode_s", "comm_s", "decode_s")
+
+
+def finite_median(values: Iterable[float]) -> float:
+    """The median of the finite values (a figure not every repeat has, or a phase a configuration does
+    not have, is NaN); NaN if none is."""
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else math.nan
 
 
 def cells(runs: list[tuple[predict.Trials, dict[str, dict[str, float]]]]) -> list[dict[str, Any]]:
@@ -60,8 +67,7 @@ def cells(runs: list[tuple[predict.Trials, dict[str, dict[str, float]]]]) -> lis
     rows = []
     for (configuration, workers, bandwidth, overlap), found in repeats.items():
         def median(name: str) -> float:  # of the repeats that have the figure (steal: not every run recorded it)
-            values = [f[name] for f in found if math.isfinite(f[name])]
-            return statistics.median(values) if values else math.nan
+            return finite_median(f[name] for f in found)
         rows.append({"configuration": configuration, "compressor": found[0]["compressor"],
                      "algorithm": found[0]["algorithm"], "num_workers": workers, "bandwidth": bandwidth,
                      "overlap": overlap, "repeats": len(found), "measured_s": median("measured_s"),
@@ -114,7 +120,7 @@ class Sharing(NamedTuple):
     busy: dict[tuple[tuple[str, str], int, bool], float]  # the machine's busy time per step, s, by overlap too
 
 
-def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials) -> Sharing:
+def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials, reduce: float | None = None) -> Sharing:
     """What hosts sharing this machine cost, from trials of the grid's configurations at its worker counts,
     with overlap and without, over links the machine, not tbf, limits (``sweeps/predictor_sharing.yaml``), each
     figure the median over repeated trials of a (configuration key, workers): each phase's time there over
@@ -125,12 +131,15 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials) -> Sharing:
     pay less of it and whose communication is not timed, the latency at which the model gives its step
     (all these from the trials without overlap, whose phases add up); and, with overlap and without,
     the machine's busy time per step (its step time x the share of CPU time not idle, where the trial
-    recorded ``cpu_idle_share``): the hosts' CPU work per step, which no slower link shortens."""
+    recorded ``cpu_idle_share``): the hosts' CPU work per step, which no slower link shortens. ``reduce``:
+    the reduction throughput (``predict.reduce_bps``), measured here if not given."""
     configs = {c.key: c for c in predict.configurations(inputs)[0]}
     every = [(r, row) for r, row in sharing if r["settings"]["num_workers"] > 1
              and predict.step_key(r["settings"]) in configs]
     # overlapped, a trial's phases run at once and its communication hides behind them
-    sharing = [(r, row) for r, row in every if not r["settings"]["overlap"]]
+    serial = [(r, row) for r, row in every if not r["settings"]["overlap"]]
+    # once, so that every prediction below, and the bisection's, takes the same figure
+    reduce = predict.reduce_bps() if reduce is None else reduce
 
     def at(record: dict[str, Any]) -> tuple[tuple[str, str], int]:
         return predict.step_key(record["settings"]), record["settings"]["num_workers"]
@@ -145,16 +154,15 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials) -> Sharing:
             busy.setdefault((*at(record), bool(record["settings"]["overlap"])), []).append(
                 float(row["step_time_s"]) * (1 - idle))
     factors: dict[tuple[tuple[str, str], int], list[dict[str, float]]] = {}
-    for record, row in sharing:
+    for record, row in serial:
         config = configs[predict.step_key(record["settings"])]
         alone = {"compute_s": config.compute_s, "encode_s": config.encode_s, "decode_s": config.decode_s}
         factors.setdefault(at(record), []).append(
             {phase: float(row[phase]) / t if t > 0 else math.nan for phase, t in alone.items()})
     scales = {}
     for (key, k), runs in factors.items():
-        # a phase a configuration does not have is NaN in every run: NaN, which device_scale takes as 1x
-        median = {phase: statistics.median(finite) if (finite := [f[phase] for f in runs if math.isfinite(f[phase])])
-                  else math.nan for phase in runs[0]}
+        # a phase a configuration does not have stays NaN, which device_scale takes as 1x
+        median = {phase: finite_median(f[phase] for f in runs) for phase in runs[0]}
         scales[key, k] = device_scale(configs[key].settings["algorithm"], k, median, world=True)
     # What a hook's measured communication has beyond the link model's time for its bytes is its messages'
     # latency under this load; plain DDP's communication is not timed: its latency is the one at which
@@ -163,10 +171,10 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials) -> Sharing:
     zero = {key: 0.0 for key in scales}
     measured: dict[int, list[float]] = {}
     plain: dict[tuple[tuple[str, str], int], list[float]] = {}
-    for record, row in sharing:
+    for record, row in serial:
         # one trial at a time: repeated runs of a sweep give their trials the same ids, each its own link
         guess = predict.trial_predictions([(record, row)], inputs, scales=scales, latency=zero,
-                                          profiles=profiles).get(record["trial_id"])
+                                          profiles=profiles, reduce=reduce).get(record["trial_id"])
         if guess is None or not guess["messages"]:
             continue
         if math.isfinite(float(row["comm_s"])):
@@ -174,7 +182,8 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials) -> Sharing:
         else:
             def step_at(alpha: float, trial: tuple = (record, row)) -> float:
                 return predict.trial_predictions([trial], inputs, scales=scales, latency={at(trial[0]): alpha},
-                                                 profiles=profiles)[trial[0]["trial_id"]]["predicted_step_time_s"]
+                                                 profiles=profiles, reduce=reduce)[trial[0]["trial_id"]][
+                                                     "predicted_step_time_s"]
             plain.setdefault(at(record), []).append(_solve(step_at, float(row["step_time_s"])))
     latency = {(key, k): max(0.0, statistics.median(measured[k])) for key, k in scales if k in measured}
     return Sharing(scales, {**latency, **medians(plain)}, medians(busy))
@@ -213,10 +222,12 @@ def main(argv: list[str] | None = None) -> None:
              for folder in args.grid]
     inputs = [t for folder in args.inputs for t in predict.read_trials(folder)]
 
-    def scored(**model: Any) -> list[dict[str, Any]]:
-        return cells([(grid, predict.trial_predictions(grid, inputs, **model)) for grid, _ in grids])
+    reduce = predict.reduce_bps()  # one figure for every prediction of this run
 
-    runs = {"shared cores": cells([(grid, predict.trial_predictions(grid, inputs, cpu_count=cpu_count))
+    def scored(**model: Any) -> list[dict[str, Any]]:
+        return cells([(grid, predict.trial_predictions(grid, inputs, reduce=reduce, **model)) for grid, _ in grids])
+
+    runs = {"shared cores": cells([(grid, predict.trial_predictions(grid, inputs, cpu_count=cpu_count, reduce=reduce))
                                    for grid, cpu_count in grids]),
             "own cores": scored()}
     if args.contention:
@@ -225,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     sharing_figures = None
     if args.sharing:
         scales, latency, busy = sharing_inputs([t for folder in args.sharing for t in predict.read_trials(folder)],
-                                               inputs)
+                                               inputs, reduce)
         sharing_figures = {"latency_s": [{"key": list(key), "num_workers": k, "latency_s": a}
                                          for (key, k), a in latency.items()],
                            "scales": [{"key": list(key), "num_workers": k, **vars(scale)}

@@ -338,7 +338,7 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
                       latency: Mapping[tuple[tuple[str, str], int], float] | None = None,
                       profiles: dict[str, Profile | None] | None = None,
                       busy: Mapping[tuple[tuple[str, str], int, bool], float] | None = None,
-                      ) -> dict[str, dict[str, float]]:
+                      reduce: float | None = None) -> dict[str, dict[str, float]]:
     """The predicted step (``predict_step``) of each multi-worker trial run on an emulated cluster (its workers,
     its overlap, its calibrated link's goodput and latency), by trial_id, from the one-worker trials
     of ``inputs`` (default: ``trials``) of the same workload and configuration; trials without
@@ -349,12 +349,12 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
     ``profiles``: the models' step profiles by workload, kept between calls (filled in here).
     ``busy``: by (``step_key``, workers, overlap), the machine's busy time per step where the trial's hosts
     share its cores (measured): no timeline is shorter, for then what the hosts do is CPU work that waits
-    for the cores, and hiding one host's communication behind its backward only lends its core to another."""
+    for the cores, and hiding one host's communication behind its backward only lends its core to another.
+    ``reduce``: the reduction throughput (``reduce_bps``), measured here once if not given."""
     targets = [(r, r["link"]) for r, _ in trials
                if r["settings"]["num_workers"] > 1 and (r.get("link") or {}).get("calibrated_bps")]
     configs = {c.key: c for c in configurations(inputs if inputs is not None else trials)[0]} if targets else {}
     profiles = {} if profiles is None else profiles
-    reduce = None
     out = {}
     for record, link in targets:
         s = record["settings"]
