@@ -21,7 +21,7 @@ from .base import IMPLS, Compressor  # noqa: E402
 from .feedback import ErrorFeedback  # noqa: E402
 from .reducer import Reducer  # noqa: E402
 from .registry import (  # noqa: E402
-    ALGORITHMS, COMPRESSORS, algorithms, check_params, default_algorithm, get, has_numba, params_of,
+    ALGORITHMS, COMPRESSORS, algorithms, check_params, default_algorithm, get, has_cuda, has_numba, params_of,
 )
 from .stats import StepStats  # noqa: E402
 from .wire import PayloadError  # noqa: E402
@@ -32,5 +32,5 @@ NAMES: tuple[str, ...] = registry.names()
 CASTS: tuple[str, ...] = registry.casts()
 
 __all__ = ["ALGORITHMS", "CASTS", "COMPRESSORS", "IMPLS", "NAMES", "Compressor", "ErrorFeedback", "PayloadError",
-           "Reducer", "StepStats", "algorithms", "check_params", "ddp", "default_algorithm", "get", "has_numba",
+           "Reducer", "StepStats", "algorithms", "check_params", "ddp", "default_algorithm", "get", "has_cuda", "has_numba",
            "params_of"]

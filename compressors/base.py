@@ -3,8 +3,10 @@
 Every compressor has the torch implementation (``impl="reference"``: the
 oracle, and the path for any device) and, where it has CPU kernels, a Numba
 one (``impl="numba"``) that gives the same payload bytes and the same decoded
-bits. ``impl="auto"`` (the default) takes Numba for CPU tensors where the
-compressor has kernels and Numba is installed, else the reference.
+bits, and for CUDA tensors a CUDA one through CuPy (``impl="cuda"``,
+``compressors/cuda``) that gives them too. ``impl="auto"`` (the default) takes
+Numba for CPU tensors and CUDA for CUDA tensors where the compressor has such
+kernels and Numba or CuPy is installed, else the reference.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from . import registry, wire
 from .params import SEED, Param, resolve
 
 
-IMPLS = ("auto", "reference", "numba")
+IMPLS = ("auto", "reference", "numba", "cuda")
 
 
 def _as_f32(value: float) -> float:
@@ -32,6 +34,11 @@ def _as_f32(value: float) -> float:
 @functools.cache
 def numba_installed() -> bool:
     return importlib.util.find_spec("numba") is not None
+
+
+@functools.cache
+def cupy_installed() -> bool:
+    return importlib.util.find_spec("cupy") is not None
 
 
 class Compressor(ABC):
@@ -62,6 +69,9 @@ class Compressor(ABC):
     cast_dtype: ClassVar[torch.dtype | None] = None
     # Set by a compressor that implements ``_encode_numba`` and ``_decode_numba``.
     has_numba: ClassVar[bool] = False
+    # The CUDA program (``compressors/cuda/<cuda_program>.cu``) of a compressor that implements
+    # ``_encode_cuda`` and ``_decode_cuda``; None: no CUDA kernels.
+    cuda_program: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -81,6 +91,11 @@ class Compressor(ABC):
             raise ValueError(f"{self.name} has no Numba kernels: use impl 'reference' or 'auto'")
         if impl == "numba" and not numba_installed():
             raise ValueError(f"{self.name}: impl 'numba' needs the numba package (pip install numba)")
+        if impl == "cuda" and not self.has_cuda:
+            raise ValueError(f"{self.name} has no CUDA kernels: use impl 'reference' or 'auto'")
+        if impl == "cuda" and not cupy_installed():
+            raise ValueError(f"{self.name}: impl 'cuda' needs CuPy (pip install 'lowprec[cuda12]' or 'lowprec[cuda13]', "
+                             "after your CUDA major version)")
         self.impl = impl
 
     @classmethod
@@ -101,20 +116,37 @@ class Compressor(ABC):
         groups and the statistics are those of the whole tensor's groups."""
         return 0
 
+    @property
+    def has_cuda(self) -> bool:
+        return self.cuda_program is not None
+
     def uses_numba(self, device: torch.device | str) -> bool:
         """Whether tensors on ``device`` go through the Numba kernels."""
         if torch.device(device).type != "cpu":
             if self.impl == "numba":
                 raise ValueError(f"{self.name}: impl 'numba' runs on CPU tensors, not on {device}")
             return False
+        if self.impl == "cuda":
+            raise ValueError(f"{self.name}: impl 'cuda' runs on CUDA tensors, not on {device}")
         return self.impl == "numba" or (self.impl == "auto" and self.has_numba and numba_installed())
 
-    def warm_up(self) -> None:
-        """Compile (or load from the cache) the kernels a step will run, so that no timed step pays
-        for it: encode, decode and decode-add of a small tensor."""
-        if self.uses_numba("cpu"):
-            x = torch.linspace(-1.0, 1.0, 96).view(4, 24)
-            out = torch.zeros(4, 24)
+    def uses_cuda(self, device: torch.device | str) -> bool:
+        """Whether tensors on ``device`` go through the CUDA kernels."""
+        if torch.device(device).type != "cuda":
+            return False
+        return self.impl == "cuda" or (self.impl == "auto" and self.has_cuda and cupy_installed())
+
+    def _cuda_kernels(self, device: torch.device) -> Any:
+        from .cuda import launch
+
+        return launch.kernels(self.cuda_program, torch.device(device).index or 0)
+
+    def warm_up(self, device: torch.device | str = "cpu") -> None:
+        """Compile (or load from the cache) the kernels a step on ``device`` will run, so that no timed
+        step pays for it: encode, decode and decode-add of a small tensor."""
+        if self.uses_numba(device) or self.uses_cuda(device):
+            x = torch.linspace(-1.0, 1.0, 96, device=device).view(4, 24)
+            out = torch.zeros(4, 24, device=device)
             payload = self.encode(x)
             self.decode(payload, out=out)
             self.decode(payload, out=out, add=True)
@@ -157,6 +189,14 @@ class Compressor(ABC):
         if out is not None:
             _check_out(self.name, out, torch.uint8, len(header) + body_nbytes, x.device)
         flat = x.detach().reshape(-1).to(torch.float32)
+        if self.uses_cuda(x.device):
+            k = self._cuda_kernels(x.device)
+            payload = out if out is not None else torch.empty(len(header) + body_nbytes, dtype=torch.uint8,
+                                                              device=x.device)
+            payload[:len(header)].copy_(torch.frombuffer(bytearray(header), dtype=torch.uint8))
+            self._encode_cuda(k, k.as_array(flat.contiguous()), k.as_array(payload)[len(header):], shape,
+                              step=step, rank=rank, stream=stream, **extra)
+            return payload
         if self.uses_numba(x.device):
             payload = out if out is not None else torch.empty(len(header) + body_nbytes, dtype=torch.uint8)
             array = payload.numpy()
@@ -191,6 +231,12 @@ class Compressor(ABC):
             raise ValueError(f"{self.name}: decode(add=True) adds into out, which is missing")
         if out is not None:
             _check_out(self.name, out, torch.float32, header.numel, payload.device)
+        if self.uses_cuda(payload.device):
+            k = self._cuda_kernels(payload.device)
+            target = out if out is not None else torch.empty(header.numel, dtype=torch.float32, device=payload.device)
+            body = k.as_array(payload.contiguous())[header.nbytes:]
+            self._decode_cuda(k, body, header.shape, k.as_array(target.view(-1)), add)
+            return target.view(header.shape)
         if self.uses_numba(payload.device):
             target = out if out is not None else torch.empty(header.numel, dtype=torch.float32)
             body = payload.contiguous().numpy()[header.nbytes:]
@@ -225,6 +271,16 @@ class Compressor(ABC):
         """Write (``add``: add) the decoded values into float32 ``out`` from a checked-length body;
         PayloadError where the body's content is invalid."""
         raise NotImplementedError(f"{self.name} has no Numba kernels")
+
+    def _encode_cuda(self, k: Any, flat: Any, body: Any, shape: tuple[int, ...], *, step: int, rank: int,
+                     stream: int) -> None:
+        """``_encode_numba`` on the GPU: ``k`` is the program's ``compressors.cuda.launch.Kernels``,
+        ``flat`` and ``body`` arrays of its array module (CuPy views of the tensors)."""
+        raise NotImplementedError(f"{self.name} has no CUDA kernels")
+
+    def _decode_cuda(self, k: Any, body: Any, shape: tuple[int, ...], out: Any, add: bool) -> None:
+        """``_decode_numba`` on the GPU; a refused payload leaves ``out`` untouched."""
+        raise NotImplementedError(f"{self.name} has no CUDA kernels")
 
 
 def _check_out(name: str, out: torch.Tensor, dtype: torch.dtype, numel: int, device: torch.device) -> None:

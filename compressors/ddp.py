@@ -399,8 +399,8 @@ def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_com
             raise ValueError(f"algorithm {algorithm!r} is invalid for {compressor!r}; valid: {list(valid)}")
         if min_compress_numel < 0:
             raise ValueError(f"min_compress_numel={min_compress_numel} is invalid; valid: an int >= 0")
-        if impl == "numba":
-            raise ValueError(f"{compressor} has no Numba kernels (it runs PyTorch's hook): use impl 'auto'")
+        if impl in ("numba", "cuda"):
+            raise ValueError(f"{compressor} has no {impl} kernels (it runs PyTorch's hook): use impl 'auto'")
         # PowerSGD applies its own rule for what it compresses (min_compression_rate); no error_feedback switch.
         return PowerSGDHookState(registry.check_params(compressor, **params), group, overlap)
     codec = registry.COMPRESSORS.get(compressor)  # None: unknown, and the Reducer says so

@@ -40,6 +40,7 @@ class MaxMin(Compressor):
     examples = ({}, *({"bits": b} for b in (1, 2, 3, 5, 8)), {"bits": 3, "bucket": 7}, {"bits": 2, "bucket": 5},
                 {"bucket": 1}, {"bits": 8, "bucket": 100})
     has_numba = True
+    cuda_program = "maxmin"
 
     @property
     def levels(self) -> int:
@@ -127,3 +128,63 @@ class MaxMin(Compressor):
         nb = self._nbuckets(out.size)
         kernels.decode(f32_section(body, 0, nb), f32_section(body, 4 * nb, nb), body[8 * nb:], self.bits,
                        self.bucket, out, add)
+
+    def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:
+        # compressors/cuda/maxmin.cu; the bucket picks its kernels (see there).
+        n = flat.size
+        nb = self._nbuckets(n)
+        if nb == 0:
+            return
+        key = np.uint32(rng.stream_key(self.seed, step, rank, stream))
+        mins = k.section(body, 0, nb, np.float32, writable=True)
+        maxs = k.section(body, 4 * nb, nb, np.float32, writable=True)
+        packed = body[8 * nb:]
+        nbytes = np.int64(packed.size)
+        vec = np.int32(k.address(flat) % 16 == 0)
+        aligned = np.int32(k.address(packed) % 8 == 0)
+        bits, bucket = np.int32(self.bits), np.int64(self.bucket)
+        if self.bucket % 8 == 0 and (self.bucket <= _GROUP_BUCKET or nb >= _BUCKETS_MIN):  # fused: one read
+            if self.bucket <= _GROUP_BUCKET:
+                group = _lanes(self.bucket, 32)
+                k("maxmin_fused_groups", k.grid(nb, 256 // int(group)), flat, np.int64(n), key, bits, bucket,
+                  np.int64(nb), group, mins, maxs, packed, nbytes, vec, aligned)
+            else:
+                k("maxmin_fused_buckets", k.grid(nb, 1), flat, np.int64(n), key, bits, bucket, np.int64(nb),
+                  mins, maxs, packed, nbytes, vec, aligned)
+            return
+        if self.bucket <= _GROUP_BUCKET:
+            group = _lanes(self.bucket, 8)
+            k("maxmin_range_groups", k.grid(nb, 256 // int(group)), flat, np.int64(n), bucket, np.int64(nb), group,
+              mins, maxs)
+        elif nb >= _BUCKETS_MIN:
+            k("maxmin_range_buckets", k.grid(nb, 1), flat, np.int64(n), bucket, np.int64(nb), mins, maxs)
+        else:  # few long buckets: chunks of them, combined by atomics into scratch
+            per_bucket = -(-min(self.bucket, n) // _CHUNK)  # a bucket past the end is n long
+            scratch = k.zeros(3 * nb, np.uint32)
+            k("maxmin_range_chunks", k.grid(nb * per_bucket, 1), flat, np.int64(n), bucket, np.int64(_CHUNK),
+              np.int64(per_bucket), np.int64(nb * per_bucket), vec, scratch)
+            k("maxmin_range_finish", k.grid(nb), scratch, np.int64(nb), mins, maxs)
+        k("maxmin_pack", k.grid(-(-n // 8)), flat, np.int64(n), key, bits, bucket, mins, maxs, packed, nbytes,
+          vec, aligned)
+
+    def _decode_cuda(self, k, body, shape, out, add) -> None:
+        n = out.size
+        nb = self._nbuckets(n)
+        if nb == 0:
+            return
+        packed = body[8 * nb:]
+        k("maxmin_decode", k.grid(-(-n // 8)), k.section(body, 0, nb, np.float32),
+          k.section(body, 4 * nb, nb, np.float32), packed, np.int64(n), np.int32(self.bits), np.int64(self.bucket),
+          np.int64(packed.size), np.int32(add), np.int32(k.address(out) % 16 == 0), out)
+
+
+# The CUDA encode's paths (compressors/cuda/maxmin.cu): buckets up to this long go G lanes to a
+# bucket; longer ones a block to a bucket where there are this many buckets, else in chunks.
+_GROUP_BUCKET = 1024
+_BUCKETS_MIN = 64
+_CHUNK = 8192
+
+
+def _lanes(bucket: int, per_lane: int) -> np.int32:
+    """Lanes of a warp per bucket (a power of two, at most 32) for about ``per_lane`` entries a lane."""
+    return np.int32(min(32, 1 << (-(-bucket // per_lane) - 1).bit_length()))

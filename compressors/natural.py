@@ -35,6 +35,7 @@ class Natural(Compressor):
     name = "natural"
     wire_id = 26
     has_numba = True
+    cuda_program = "natural"
 
     def _body_nbytes(self, shape):
         n = numel(shape)
@@ -73,3 +74,19 @@ class Natural(Compressor):
 
         n = out.size
         kernels.decode(body[:n], body[n:], out, add)
+
+    def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:
+        # compressors/cuda/natural.cu: eight entries a thread; vector loads/stores where aligned.
+        n = flat.size
+        if n == 0:
+            return
+        k("natural_encode", k.grid(-(-n // 8)), flat.view(np.uint32), np.int64(n),
+          np.uint32(rng.stream_key(self.seed, step, rank, stream)), body[:n], body[n:],
+          np.int32(k.address(flat) % 16 == 0), np.int32(k.address(body) % 8 == 0))
+
+    def _decode_cuda(self, k, body, shape, out, add) -> None:
+        n = out.size
+        if n == 0:
+            return
+        k("natural_decode", k.grid(-(-n // 8)), body[:n], body[n:], np.int64(n), np.int32(add),
+          np.int32(k.address(body) % 8 == 0), np.int32(k.address(out) % 16 == 0), out)

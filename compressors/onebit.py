@@ -38,6 +38,7 @@ GROUPING = Param("grouping", "column", str, choices=GROUPINGS,
                      "as in CNTK/LBANN) or a row (per output unit)")
 # Header code of each grouping: 0 is row, the only layout before the parameter existed.
 GROUPING_CODES = {"row": 0, "column": 1}
+_CUDA_TILE = 2048  # compressors/cuda/onebit.cu's ONEBIT_TILE: entries a block encodes at a time
 
 
 def group_shape(shape: tuple[int, ...], grouping: str) -> tuple[int, int]:
@@ -89,6 +90,7 @@ class OneBit(Compressor):
     examples = ({}, {"grouping": "row"})
     needs_error_feedback = True
     has_numba = True
+    cuda_program = "onebit"
 
     @property
     def split_axis(self) -> int:
@@ -156,3 +158,61 @@ class OneBit(Compressor):
             kernels.decode_columns(body[8 * rows:], rows, cols, *means, out, add)
         else:
             kernels.decode(body[8 * rows:], rows, cols, *means, out, add)
+
+    def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:
+        rows, cols = group_shape(shape, self.grouping)
+        n = rows * cols
+        if n == 0:
+            return
+        mean_pos = k.section(body, 0, rows, np.float32, writable=True)
+        mean_neg = k.section(body, 4 * rows, rows, np.float32, writable=True)
+        packed = body[8 * rows:]
+        m = flat
+        if transposes(shape, self.grouping):
+            # The groups' matrix as a copy (as the Numba path), then rows as for a row grouping.
+            m = k.empty(n, np.float32)
+            k("onebit_transpose", k.grid(-(-cols // 32) * -(-rows // 32), 1), flat, np.int64(cols), np.int64(rows), m)
+        x_al16 = np.int32(k.address(m) % 16 == 0)
+        if cols <= _CUDA_TILE:
+            # One pass: a block per tile of whole rows, then the bytes across the tiles' boundaries.
+            logq = (cols - 1).bit_length()
+            per_tile = (_CUDA_TILE >> logq) * cols
+            tiles = -(-rows // (_CUDA_TILE >> logq))
+            k("onebit_encode_tiles", k.grid(tiles, 1), m, np.int64(rows), np.int64(cols), np.int32(logq),
+              mean_pos, mean_neg, packed, np.int32(k.address(packed) % 4), x_al16)
+            k("onebit_encode_edges", k.grid(tiles), m, np.int64(n), np.int64(cols), np.int64(per_tile),
+              np.int64(tiles), np.int32(0), packed)
+            return
+        # Long rows: aligned subtrees of _CUDA_TILE leaves (and the bytes inside them), summed up.
+        per = -(-cols // _CUDA_TILE)
+        sums = [k.empty(rows * per, np.float64) for _ in range(3)]
+        k("onebit_partials", k.grid(rows * per, 1), m, np.int64(rows), np.int64(cols), np.int64(per), x_al16,
+          *sums, packed)
+        k("onebit_encode_edges", k.grid(rows * per), m, np.int64(n), np.int64(cols), np.int64(per),
+          np.int64(rows * per), np.int32(1), packed)
+        while True:
+            nxt = -(-per // _CUDA_TILE)
+            last = nxt == 1
+            out = sums if last else [k.empty(rows * nxt, np.float64) for _ in range(3)]
+            logq = min((per - 1).bit_length(), _CUDA_TILE.bit_length() - 1)
+            k("onebit_reduce", k.grid(rows * nxt, 1), *sums, np.int64(rows), np.int64(per), np.int32(logq),
+              np.int64(cols), np.int32(last), *out, mean_pos, mean_neg)
+            if last:
+                return
+            sums, per = out, nxt
+
+    def _decode_cuda(self, k, body, shape, out, add) -> None:
+        rows, cols = group_shape(shape, self.grouping)
+        n = rows * cols
+        if n == 0:
+            return
+        mean_pos = k.section(body, 0, rows, np.float32)
+        mean_neg = k.section(body, 4 * rows, rows, np.float32)
+        packed = body[8 * rows:]
+        if transposes(shape, self.grouping):
+            # Straight into the input's order: (cols / 8 bands of rows) x (rows / 256 spans of columns).
+            k("onebit_decode_columns", k.grid(-(-cols // 8) * -(-rows // 256), 1), packed, np.int64(packed.size),
+              np.int64(rows), np.int64(cols), mean_pos, mean_neg, out, np.int32(add))
+        else:
+            k("onebit_decode_rows", k.grid(-(-n // 8)), packed, np.int64(n), np.int64(cols), mean_pos, mean_neg,
+              out, np.int32(add), np.int32(k.address(out) % 16 == 0))

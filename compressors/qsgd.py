@@ -24,6 +24,7 @@ from .base import Compressor, numel
 from .params import Param
 
 NORMS = ("max", "l2")
+_CUDA_TILE = 2048  # compressors/cuda/qsgd.cu's QSGD_TILE: entries a block codes at a time
 
 
 class QSGD(Compressor):
@@ -37,6 +38,7 @@ class QSGD(Compressor):
     examples = ({}, *({"bits": b} for b in (2, 3, 5, 6, 7, 8)), {"bits": 3, "bucket": 7, "norm": "l2"},
                 {"bits": 2, "bucket": 5}, {"bits": 8, "norm": "l2"}, {"bucket": 1})
     has_numba = True
+    cuda_program = "qsgd"
 
     @property
     def levels(self) -> int:
@@ -133,3 +135,51 @@ class QSGD(Compressor):
 
         nb = self._nbuckets(out.size)
         kernels.decode(f32_section(body, 0, nb), body[4 * nb:], self.bits, self.bucket, out, add)
+
+    def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:
+        n = flat.size
+        if n == 0:
+            return
+        nb = self._nbuckets(n)
+        norms = k.section(body, 0, nb, np.float32, writable=True)
+        packed = body[4 * nb:]
+        key = np.uint32(rng.stream_key(self.seed, step, rank, stream))
+        # A bucket longer than the tensor is the tensor: the same norms, and the path follows n.
+        bucket = min(self.bucket, n)
+        l2 = np.int32(self.norm == "l2")
+        x_al16 = np.int32(k.address(flat) % 16 == 0)
+        pk_align = np.int32(k.address(packed) % 4)
+        if bucket <= _CUDA_TILE:
+            # One pass: a block per tile of whole buckets (norms and codes), then the groups of 8
+            # across the tiles' boundaries.
+            logq = (bucket - 1).bit_length()
+            per_tile = (_CUDA_TILE >> logq) * bucket
+            tiles = -(-n // per_tile)
+            k("qsgd_encode_tiles", k.grid(tiles, 1), flat, np.int64(n), np.int64(bucket), np.int32(logq),
+              np.int32(self.bits), l2, key, norms, packed, pk_align, x_al16)
+            k("qsgd_encode_edges", k.grid(tiles), flat, np.int64(n), np.int64(bucket), np.int64(per_tile),
+              np.int64(tiles), np.int32(self.bits), key, norms, packed, np.int64(packed.size))
+            return
+        # Long buckets: aligned subtrees of _CUDA_TILE leaves, summed up to the norms; then the codes.
+        per = -(-bucket // _CUDA_TILE)
+        partial = k.empty(nb * per, np.float64)
+        k("qsgd_partials", k.grid(nb * per, 1), flat, np.int64(n), np.int64(bucket), np.int64(per), l2, x_al16,
+          partial)
+        while per > 1:
+            nxt = -(-per // _CUDA_TILE)
+            out = k.empty(nb * nxt, np.float64) if nxt > 1 else partial
+            k("qsgd_reduce", k.grid(nb * nxt, 1), partial, np.int64(nb), np.int64(per), l2, np.int32(nxt == 1),
+              out, norms)
+            partial, per = out, nxt
+        k("qsgd_encode_big", k.grid(-(-n // _CUDA_TILE), 1), flat, np.int64(n), np.int64(bucket),
+          np.int32(self.bits), key, norms, packed, np.int64(packed.size), pk_align, x_al16)
+
+    def _decode_cuda(self, k, body, shape, out, add) -> None:
+        n = out.size
+        if n == 0:
+            return
+        nb = self._nbuckets(n)
+        norms = k.section(body, 0, nb, np.float32)
+        packed = body[4 * nb:]
+        k("qsgd_decode", k.grid(-(-n // _CUDA_TILE), 1), norms, packed, np.int64(n), np.int64(min(self.bucket, n)),
+          np.int32(self.bits), np.int64(packed.size), out, np.int32(add), np.int32(k.address(out) % 16 == 0))

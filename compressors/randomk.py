@@ -39,6 +39,7 @@ class RandomK(Compressor):
     examples = PI_EXAMPLES
     needs_error_feedback = True
     has_numba = True
+    cuda_program = "randomk"
 
     def _header_params(self, shape):
         return (count_sent(self.pi, numel(shape)), 0, 0, self.pi)
@@ -80,3 +81,47 @@ class RandomK(Compressor):
         k = count_sent(self.pi, out.size)
         section = f32_section(body, 0, 1 + k)
         kernels.decode(int(section.view(np.uint32)[0]), section[1:], out, add)
+
+    def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:
+        n = flat.size
+        count = count_sent(self.pi, n)
+        words = k.section(body, 0, 1 + count, np.uint32, writable=True)
+        key = np.uint32(rng.stream_key(self.seed, step, rank, stream))
+        if count == 0:  # an empty tensor's body is its key alone, which randomk_place writes
+            k("randomk_place", 1, key, np.int32(0), words[:1], np.int64(0), k.zeros(5, np.int64),
+              k.zeros(2, np.int64), np.int32(0), flat, words[1:].view(np.float32), flat, np.int32(0))
+            return
+        _place_cuda(k, key, np.int32(0), words[:1], n, count, np.int32(0), flat, words[1:].view(np.float32),
+                    flat, np.int32(0))
+
+    def _decode_cuda(self, k, body, shape, out, add) -> None:
+        n = out.size
+        count = count_sent(self.pi, n)
+        if count == 0:
+            return
+        # The key stays on the device (read by the kernels): no synchronisation with the host.
+        words = k.section(body, 0, 1 + count, np.uint32)
+        _place_cuda(k, np.uint32(0), np.int32(1), words[:1], n, count, np.int32(1), out,
+                    words[1:].view(np.float32), out, np.int32(add))
+
+
+_CUDA_TILE = 8192  # compressors/cuda/randomk.cu's RANDOMK_TILE: indices a block ranks at a time
+_CUDA_BINS = 4096
+
+
+def _place_cuda(k, key, from_body, keyp, n, count, mode, x, values, out, add) -> None:
+    """The choice on the GPU (compressors/cuda/randomk.cu): the two histograms and thresholds, the
+    per-tile counts and their scan, then ``mode`` 0 (values = x at the chosen entries, the key into
+    ``keyp``) or 1 (out (+)= the values at the chosen entries, +0.0 elsewhere)."""
+    state = k.zeros(5, np.int64)
+    for stage in (0, 1):
+        hist = k.zeros(_CUDA_BINS, np.uint32)
+        k("randomk_histogram", k.grid(n), key, from_body, keyp, np.int64(n), np.int32(stage), state, hist)
+        k("randomk_find", 1, hist, np.int64(count), np.int32(stage), state)
+    tiles = -(-n // _CUDA_TILE)
+    counts = k.empty(2 * tiles, np.uint32)
+    k("randomk_count", k.grid(tiles, 1), key, from_body, keyp, np.int64(n), state, counts)
+    offsets = k.empty(2 * tiles, np.int64)
+    k("randomk_scan", 1, counts, np.int64(tiles), offsets)
+    k("randomk_place", k.grid(tiles, 1), key, from_body, keyp, np.int64(n), state, offsets, mode, x, values,
+      out, add)

@@ -51,7 +51,9 @@ class Reducer:
                  **params: Any) -> None:
         self.compressor = compressor
         self.codec = get(compressor, impl=impl, **params)  # unknown names and bad parameters raise here
-        self.codec.warm_up()  # kernels compile (or load from their cache) now, not in a timed step
+        # Kernels compile (or load from their cache) now, not in a timed step; with impl auto, CUDA
+        # tensors' kernels load at their first step (where the tensors live is not known here).
+        self.codec.warm_up("cuda" if impl == "cuda" else "cpu")
         self.params = self.codec.config  # every parameter, defaults filled
         algorithm = algorithm or default_algorithm(compressor)
         valid = algorithms(compressor)

@@ -149,7 +149,7 @@ def check_params(name: str, **params: Any) -> dict[str, Any]:
 
 def get(name: str, **params: Any) -> Compressor:
     """A configured codec; ValueError names valid choices or ranges. ``impl="auto" | "reference" |
-    "numba"`` picks its implementation (see ``compressors.base``)."""
+    "numba" | "cuda"`` picks its implementation (see ``compressors.base``)."""
     if name in HOOK_METHODS:
         raise ValueError(f"{name} runs only as a DDP communication hook, it has no payload codec: "
                          f"use compressors.ddp.comm_hook({name!r})")
@@ -161,6 +161,11 @@ def get(name: str, **params: Any) -> Compressor:
 def has_numba(name: str) -> bool:
     """Whether ``name`` has Numba CPU kernels (``impl="numba"``); a hook-only method has none."""
     return name in COMPRESSORS and COMPRESSORS[name].has_numba
+
+
+def has_cuda(name: str) -> bool:
+    """Whether ``name`` has CUDA kernels (``impl="cuda"``, ``compressors/cuda``); a hook-only method has none."""
+    return name in COMPRESSORS and COMPRESSORS[name].cuda_program is not None
 
 
 def algorithms(name: str) -> tuple[str, ...]:

@@ -8,7 +8,8 @@ holding NaN or Inf decodes to NaN/Inf through its maximum.
 from __future__ import annotations
 
 import functools
-from typing import ClassVar
+import weakref
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ class _AbsmaxScaled(Compressor):
     # A code the encoder never emits: decode rejects a payload holding it (None: every code is valid).
     invalid_code: ClassVar[int | None] = None
     has_numba = True
+    cuda_program = "scaled8"
 
     @classmethod
     def relations(cls, params):
@@ -123,10 +125,78 @@ class _AbsmaxScaled(Compressor):
         else:
             kernels.decode(codes, f32_section(body, 0, nb), self.block, self._code_values, out, add)
 
+    def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream, absmax=None):
+        # compressors/cuda/scaled8.cu; the bucket's length picks its kernels (see there).
+        n = flat.size
+        nb = self._nblocks(n)
+        if nb == 0:
+            return
+        floor = np.float32(0.0 if absmax is None else absmax)
+        maxima = k.section(body, 0, nb, np.float32, writable=True)
+        codes = body[4 * nb:]
+        row = self.block or n
+        vec = np.int32(k.address(flat) % 16 == 0 and k.address(codes) % 4 == 0)
+        kernel = f"scaled8_{self.name}_encode_"
+        table = (_device_tables(k, self)[0],) if self.name == "dynamic8" else ()
+        if row <= _GROUP_ROW:
+            group = min(32, 1 << (-(-row // 8) - 1).bit_length())  # lanes per bucket: ~8 entries a lane
+            k(kernel + "groups", k.grid(nb, 256 // group), flat, np.int64(n), np.int64(row), np.int64(nb),
+              np.int32(group), floor, maxima, codes, vec, *table)
+        elif nb >= _BUCKETS_MIN:
+            k(kernel + "buckets", k.grid(nb, 1), flat, np.int64(n), np.int64(row), np.int64(nb), floor, maxima, codes,
+              vec, *table)
+        else:  # few long buckets (block 0: one): chunks of each, their maxima first
+            per_bucket = -(-min(row, n) // _CHUNK)  # a block past the end is n long
+            scratch = k.zeros(nb, np.uint32)
+            args = (np.int64(n), np.int64(row), np.int64(_CHUNK), np.int64(per_bucket), np.int64(nb * per_bucket))
+            blocks = k.grid(nb * per_bucket, 1)
+            k("scaled8_chunk_max", blocks, flat, *args, vec, scratch)
+            k(kernel + "chunks", blocks, flat, *args, scratch, floor, maxima, codes, vec, *table)
+
+    def _decode_cuda(self, k, body, shape, out, add):
+        n = out.size
+        nb = self._nblocks(n)
+        if n == 0:
+            return
+        codes = body[4 * nb:]
+        if self.invalid_code is not None:  # checked before anything is written
+            status = k.zeros(1, np.int32)
+            k("scaled8_has_code", k.grid(n, 1024), codes, np.int64(n), np.int32(self.invalid_code), status)
+            if int(status[0]):
+                raise wire.PayloadError(f"{self.name}: code {self.invalid_code} in payload, "
+                                        "which its encoder never emits")
+        vec = np.int32(k.address(codes) % 4 == 0 and k.address(out) % 16 == 0)
+        k("scaled8_decode", k.grid(n, 1024), codes, k.section(body, 0, nb, np.float32), _device_tables(k, self)[1],
+          np.int64(n), np.int64(self.block or n), np.int32(add), vec, out)
+
+    def _decode_values(self) -> np.ndarray:
+        """float32[256]: what the Numba decode multiplies a code's block maximum by."""
+        return self._code_values
+
     @functools.cached_property
     def _code_values(self) -> np.ndarray:
         """The float32 value of each code before scaling, as the reference's _dequantize gives it."""
         return self._dequantize(torch.arange(256, dtype=torch.uint8)).numpy()
+
+
+# The CUDA encode's paths (compressors/cuda/scaled8.cu): buckets up to this long go G lanes to a
+# bucket; longer ones a block to a bucket where there are this many buckets, else in chunks.
+_GROUP_ROW = 1024
+_BUCKETS_MIN = 64
+_CHUNK = 8192
+# Per Kernels (one per device): per compressor name, its (bin table or None, decode values) there.
+_DEVICE_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _device_tables(k: Any, codec: _AbsmaxScaled) -> tuple[Any, Any]:
+    tables = _DEVICE_TABLES.setdefault(k, {})
+    if codec.name not in tables:
+        table = None
+        if codec.name == "dynamic8":
+            from .kernels.scaled8 import _bin_table
+            table = k.xp.asarray(_bin_table(*_bin_codes()))
+        tables[codec.name] = (table, k.xp.asarray(np.ascontiguousarray(codec._decode_values(), np.float32)))
+    return tables[codec.name]
 
 
 @functools.cache
@@ -179,3 +249,6 @@ class Linear8(_AbsmaxScaled):
 
         kernels.linear8_encode(flat, self.block, maxima, codes, floor)
 
+    def _decode_values(self):
+        # kernels.scaled8.linear8_decode's computed table, (code - 127) * f32(1 / 127) in float32
+        return (np.arange(256, dtype=np.float32) - np.float32(127.0)) * np.float32(1.0 / 127.0)

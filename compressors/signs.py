@@ -51,6 +51,7 @@ class _ScaledSign(Compressor):
     """One scale per tensor (``_scale``) times the signs; no ``name``, so it does not register."""
 
     has_numba = True
+    cuda_program = "signs"
     scale_kind: int
 
     def _body_nbytes(self, shape):
@@ -85,6 +86,28 @@ class _ScaledSign(Compressor):
         from .kernels.common import f32_section
 
         kernels.decode(f32_section(body, 0, 1), body[4:], out, add)
+
+    def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:
+        # compressors/cuda/signs.cu: the bits and the tree's subtrees of 4096 leaves in one pass
+        # over x, then one block adds the subtrees' sums and writes the scale.
+        n = flat.size
+        spans = -(-n // _CUDA_SPAN)
+        partials = k.empty(max(spans, 1), np.float64)
+        kind = np.int32(self.scale_kind)
+        k("signs_bits", k.grid(spans, 1), flat, np.int64(n), kind, np.int32(k.address(flat) % 16 == 0), partials,
+          body[4:])
+        k("signs_scale", 1, partials, np.int64(spans), np.int64(n), kind,
+          k.section(body, 0, 1, np.float32, writable=True))
+
+    def _decode_cuda(self, k, body, shape, out, add) -> None:
+        n = out.size
+        if n == 0:
+            return
+        k("signs_decode", k.grid(-(-n // 16)), k.section(body, 0, 1, np.float32), body[4:], np.int64(n), np.int32(add),
+          np.int32(k.address(out) % 16 == 0), out)
+
+
+_CUDA_SPAN = 4096  # signs.cu's SG_SPAN: leaves of the tree a block sums
 
 
 class SignSGD(_ScaledSign):

@@ -95,6 +95,7 @@ class TopK(Compressor):
     needs_error_feedback = True
     sparse = True
     has_numba = True
+    cuda_program = "sparse"
 
     def _header_params(self, shape):
         return (count_sent(self.pi, numel(shape)), 0, 0, self.pi)
@@ -136,6 +137,27 @@ class TopK(Compressor):
         if status:
             raise wire.PayloadError(TOPK_ERRORS[status - 1].format(n=out.size))
 
+    def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:
+        count = count_sent(self.pi, flat.size)
+        if count:
+            _cuda_select(k, flat.view(np.uint32), count, k.section(body, 0, count, np.uint32, writable=True),
+                         k.section(body, 4 * count, count, np.int32, writable=True))
+
+    def _decode_cuda(self, k, body, shape, out, add) -> None:
+        count = count_sent(self.pi, out.size)
+        values = k.section(body, 0, count, np.uint32)
+        idx = k.section(body, 4 * count, count, np.int32)
+        # Every check before any write: a refused payload leaves out untouched.
+        status = k.zeros(1, np.uint32)
+        k("sparse_topk_check", k.grid(count), idx, np.int64(count), np.int64(out.size), status)
+        bad = int(status[0])
+        if bad:
+            raise wire.PayloadError(TOPK_ERRORS[0 if bad & 1 else 1].format(n=out.size))
+        if not add:
+            k("sparse_fill", k.grid(out.size, 1024), out.view(np.uint32), np.int64(out.size), np.uint32(0))
+        k("sparse_topk_scatter", k.grid(count), values, idx, np.int64(count), out, np.int32(add))
+
+
 
 class Adaptive(Compressor):
     """Dryden et al. (2016) adaptive quantization.
@@ -174,6 +196,7 @@ class Adaptive(Compressor):
     needs_error_feedback = True
     sparse = True
     has_numba = True
+    cuda_program = "sparse"
 
     @property
     def split_axis(self) -> int:
@@ -288,6 +311,100 @@ class Adaptive(Compressor):
             self._check_total(int(ints[0]), capacity)
         if status:
             raise wire.PayloadError(ADAPTIVE_ERRORS[status - 1].format(cols=length))
+
+    def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:
+        groups, length = group_shape(shape, self.grouping)
+        n = flat.size
+        head = k.section(body, 0, 1 + 3 * groups, np.uint32, writable=True)
+        entries = body[4 + 12 * groups:]
+        wide = np.int32(self._entry_bytes(shape) == 4)
+        if n == 0:  # no groups, no entries: the total alone (as the Numba kernels write it)
+            k("sparse_fill", 1, head, np.int64(1), np.uint32(0))
+            return
+        exact = self.threshold == "exact"
+        count = count_sent(self.pi, n)
+        x = flat.view(np.uint32)
+        ws = k.zeros(_CUDA_WS, np.uint32)
+        counted = False
+        if transposes(shape, self.grouping):
+            # The groups' matrix (the selection's order is its indices'); exact: the top digit's
+            # histogram on the way, so the selection reads the matrix once more only.
+            m = k.empty(n, np.uint32)
+            k("sparse_transpose", k.grid(-(-length // 32) * -(-groups // 32), 1), x, m, np.int64(length),
+              np.int64(groups), np.int32(exact), np.int64(count), ws)
+            x, counted = m, exact
+        if exact:
+            idx = k.empty(count, np.int32)
+            bits = k.empty(count, np.uint32)
+            _cuda_select(k, x, count, bits, idx, ws, counted=counted)
+            k("sparse_adaptive_exact", k.grid(groups, _CUDA_WARPS), idx, bits, np.int64(count), np.int64(groups),
+              np.int64(length), wide, head, entries)
+            return
+        key = np.uint32(rng.stream_key(self.seed, step, rank, stream))
+        capacity = self._capacity(n)
+        k("sparse_sampled_threshold", 1, x, np.int64(n), key, np.int64(count_sent(self.pi, min(n, THRESHOLD_SAMPLES))),
+          ws)
+        tiles = -(-n // _CUDA_TILE)
+        seg = k.empty(2 * n, np.uint32)
+        per_tile = k.empty(2 * tiles, np.uint32)
+        poison = k.zeros(3 * groups, np.uint32)
+        k("sparse_sampled_compact", k.grid(tiles, 1), x, np.int64(n), np.int32(k.address(x) % 16 == 0),
+          np.int64(length), ws, seg[:n], seg[n:], per_tile[:tiles], per_tile[tiles:], poison)
+        k("sparse_sampled_finish", k.grid(max(tiles, -(-groups // _CUDA_WARPS)), 1), x, np.int64(n), key,
+          np.int64(groups), np.int64(length), np.int64(capacity), wide, ws, seg[:n], seg[n:], per_tile[:tiles],
+          per_tile[tiles:], poison, head, entries)
+
+    def _decode_cuda(self, k, body, shape, out, add) -> None:
+        groups, length = group_shape(shape, self.grouping)
+        capacity = self._capacity(out.size)
+        head = k.section(body, 0, 1 + 3 * groups, np.uint32)
+        entries = body[4 + 12 * groups:]
+        wide = np.int32(self._entry_bytes(shape) == 4)
+        # Every check before any write: a refused payload leaves out untouched.
+        status = k.zeros(1, np.uint32)
+        k("sparse_adaptive_check", k.grid(max(groups, capacity)), head, entries, np.int64(capacity),
+          np.int32(self.threshold == "exact"), np.int64(groups), np.int64(length), wide, status)
+        bad = int(status[0])
+        if bad:
+            failed = (bad & -bad).bit_length()  # the first check that failed, 1..4
+            if failed == 1:
+                self._check_total(int(head.view(np.int32)[0]), capacity)
+            raise wire.PayloadError(ADAPTIVE_ERRORS[failed - 1].format(cols=length))
+        stride, step = (1, groups) if transposes(shape, self.grouping) else (length, 1)
+        if not add:
+            k("sparse_fill", k.grid(out.size, 1024), out.view(np.uint32), np.int64(out.size), np.uint32(0))
+        k("sparse_adaptive_scatter", k.grid(capacity), head, entries, np.int64(groups), np.int64(stride),
+          np.int64(step), wide, out, np.int32(add))
+
+
+
+# compressors/cuda/sparse.cu's tile (SP_TILE), workspace words (SP_WS), warps per block.
+_CUDA_TILE = 4096
+_CUDA_WS = 8344
+_CUDA_WARPS = 8
+
+
+def _cuda_select(k, x, count: int, values, idx, ws=None, *, counted: bool = False) -> None:
+    """sparse.cu's radix select of the ``count`` largest magnitudes of the uint32 words ``x``: their
+    words into ``values``, their indices (ascending) into int32 ``idx``. ``ws``: the zeroed
+    workspace, whose top-digit histogram sparse_transpose already made if ``counted``."""
+    n = x.size
+    tiles = -(-n // _CUDA_TILE)
+    blocks = k.grid(tiles, 1)
+    aligned = np.int32(k.address(x) % 16 == 0)
+    if ws is None:
+        ws = k.zeros(_CUDA_WS, np.uint32)
+    if not counted:
+        k("sparse_select_hist", blocks, x, np.int64(n), aligned, np.int64(count), ws)
+    # Each tile's survivors in its own segment (seg[t * tile:]), then per tile three words.
+    seg = k.empty(2 * n, np.uint32)
+    per_tile = k.empty(3 * tiles, np.uint32)
+    seg_idx, seg_bits = seg[:n], seg[n:]
+    tile_count, offset, ties = per_tile[:tiles], per_tile[tiles:2 * tiles], per_tile[2 * tiles:]
+    k("sparse_select_compact", blocks, x, np.int64(n), aligned, ws, seg_idx, seg_bits, tile_count)
+    k("sparse_select_hist3", blocks, np.int64(n), ws, seg_bits, tile_count)
+    k("sparse_select_count", blocks, np.int64(n), ws, seg_bits, tile_count, offset, ties)
+    k("sparse_select_write", blocks, np.int64(n), ws, seg_idx, seg_bits, tile_count, offset, ties, values, idx)
 
 
 def _exact_means(values: torch.Tensor, group: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:

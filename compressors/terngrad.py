@@ -40,6 +40,7 @@ class TernGrad(QSGD):
     examples = ({}, {"bucket": 7}, {"bucket": 512}, {"clip": 2.5}, {"clip": 1.0, "bucket": 64})
     bits = 2
     norm = "max"
+    cuda_program = "qsgd"  # QSGD's kernels (clipping, if any, runs first in torch)
 
     def _header_params(self, shape):
         return (self.bits, self.bucket, 0, self.clip)
@@ -63,3 +64,10 @@ class TernGrad(QSGD):
         if self.clip != 0.0:
             flat = self._clipped(torch.from_numpy(flat)).numpy()
         super()._encode_numba(flat, body, shape, step=step, rank=rank, stream=stream)
+
+    def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:
+        if self.clip != 0.0:
+            # The clamp as the reference makes it (torch on the same device: pairwise sums, then one
+            # elementwise pass), shared with the kernels through the array interfaces, no copy.
+            flat = k.xp.asarray(self._clipped(torch.as_tensor(flat)))
+        super()._encode_cuda(k, flat, body, shape, step=step, rank=rank, stream=stream)

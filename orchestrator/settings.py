@@ -95,7 +95,8 @@ _TRAINING: tuple[Param, ...] = (
           doc="DDP's bucket size in MiB: gradients are averaged bucket by bucket as backward produces them; "
               "null: DDP's default (25, the first bucket 1)"),
     Param("impl", "auto", str, choices=compressors.IMPLS,
-          doc="the compressor's code: numba (CPU kernels), reference (torch), auto (numba where it has kernels)"),
+          doc="the compressor's code: numba (CPU kernels), cuda (GPU kernels through CuPy), reference (torch), "
+              "auto (numba on CPUs, cuda on GPUs, where the compressor has such kernels)"),
     Param("fail_at_epoch", None, int, low=1, nullable=True, doc="test hook: raise at the start of this epoch"),
     Param("force_nan_at_step", None, int, low=0, nullable=True, doc="test hook: make this step's loss NaN"),
 )
@@ -171,6 +172,12 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
         yield "backend", "nccl needs GPUs: set use_gpu: true, or use gloo (or auto) on CPUs"
     if settings.get("impl") == "numba" and not compressors.has_numba(settings["compressor"]):
         yield "impl", f"{settings['compressor']} has no Numba kernels; use impl: auto or reference"
+    if settings.get("impl") == "cuda" and not compressors.has_cuda(settings["compressor"]):
+        yield "impl", f"{settings['compressor']} has no CUDA kernels; use impl: auto or reference"
+    if settings.get("impl") == "cuda" and not settings["use_gpu"]:
+        yield "impl", "cuda kernels run on GPUs: set use_gpu: true, or use impl: auto or numba on CPUs"
+    if settings.get("impl") == "numba" and settings["use_gpu"]:
+        yield "impl", "numba kernels run on CPUs: with use_gpu: true use impl: auto or cuda"
     algorithm = settings.get("algorithm")
     if algorithm is not None and algorithm not in algorithms(settings["compressor"]):
         valid = algorithms(settings["compressor"])

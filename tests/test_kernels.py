@@ -157,7 +157,7 @@ def test_an_unaligned_payload_decodes(name, params):
 
 
 def test_impl_is_checked():
-    with pytest.raises(ValueError, match="impl must be one of auto, reference, numba"):
+    with pytest.raises(ValueError, match="impl must be one of auto, reference, numba, cuda"):
         compressors.get("qsgd", impl="fast")
     with pytest.raises(ValueError, match="fp16 has no Numba kernels"):
         compressors.get("fp16", impl="numba")
@@ -203,3 +203,23 @@ def test_the_impl_setting_is_checked_against_the_compressor(tmp_path):
         load_sweep(path)
     path.write_text(path.read_text().replace("[onebit, fp16]", "[onebit, qsgd]").replace("impl: numba", "impl: reference"))
     assert {t["impl"] for t in load_sweep(path).trials} == {"reference"}
+    path.write_text(path.read_text().replace("impl: reference", "impl: cuda"))
+    with pytest.raises(ConfigError, match="cuda kernels run on GPUs: set use_gpu: true"):
+        load_sweep(path)
+    path.write_text(path.read_text().replace("[onebit, qsgd]", "[onebit, fp16]") + "cluster: {use_gpu: true}\n")
+    with pytest.raises(ConfigError, match="fp16 has no CUDA kernels"):
+        load_sweep(path)
+
+
+def test_the_cuda_impl_is_checked_where_it_cannot_run():
+    """Without CuPy, impl 'cuda' names the extras; with it, on a CPU tensor it names the device; auto
+    never takes the CUDA kernels for CPU tensors."""
+    from compressors.base import cupy_installed
+
+    if not cupy_installed():
+        with pytest.raises(ValueError, match=r"impl 'cuda' needs CuPy \(pip install 'lowprec\[cuda12\]'"):
+            compressors.get("qsgd", impl="cuda")
+    with pytest.raises(ValueError, match="fp16 has no CUDA kernels"):
+        compressors.get("fp16", impl="cuda")
+    assert compressors.get("qsgd").uses_cuda("cpu") is False
+    assert compressors.get("qsgd", impl="reference").uses_cuda("cuda") is False

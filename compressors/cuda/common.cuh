@@ -1,0 +1,126 @@
+// What every method's kernels share (compressors/cuda/build.py puts this file before each
+// <method>.cu): integer types, the launch's block size, the counter hash, the fixed-order sum.
+//
+// No #include: NVRTC (CuPy's compiler) has no C++ standard headers. Every kernel runs with
+// LP_THREADS threads per block; warp functions are called by all 32 lanes of a warp.
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+#define LP_THREADS 256
+#define LP_WARPS (LP_THREADS / 32)
+#define LP_FULL 0xffffffffu
+
+// compressors.rng.uniform of one element: fmix32(index * GOLDEN ^ key) >> 8, times 2**-24.
+__device__ __forceinline__ float lp_uniform(u32 key, u32 index) {
+    u32 x = index * 0x9E3779B1u;
+    x ^= key;
+    x ^= x >> 16;
+    x *= 0x85EBCA6Bu;
+    x ^= x >> 13;
+    x *= 0xC2B2AE35u;
+    x ^= x >> 16;
+    return (float)(x >> 8) * 5.9604644775390625e-08f;  // 2**-24: exact
+}
+
+// |x|'s bits: an integer max over them is torch.amax(|x|), a NaN (whose bits exceed inf's) winning.
+__device__ __forceinline__ u32 lp_abs_bits(float x) { return __float_as_uint(x) & 0x7FFFFFFFu; }
+
+// The power of two at or above n (1 for n <= 1).
+__device__ __forceinline__ i64 lp_pow2_ceil(i64 n) {
+    i64 size = 1;
+    while (size < n) size <<= 1;
+    return size;
+}
+
+// ---------------------------------------------------------------- the fixed-order sum
+// compressors.pairwise defines it: a pairwise tree over a row padded with zeros to a power of
+// two, left + right at every node, in float64. Any evaluation that adds the same nodes gives the
+// same bits, so a kernel may cut the tree into aligned subtrees (a warp's 32 leaves, a thread's
+// run, a block's span), sum each one, then add the subtrees' sums as the tree's upper levels.
+
+// One thread's stack of partial sums (a binary counter): node k sums 2**levels[k] leaves in order.
+struct LpTree {
+    double sums[40];
+    int levels[40];
+    int depth;
+};
+
+__device__ __forceinline__ void lp_tree_init(LpTree& t) { t.depth = 0; }
+
+// Push a node summing 2**level leaves (the next ones in order).
+__device__ __forceinline__ void lp_tree_push(LpTree& t, double value, int level) {
+    while (t.depth > 0 && t.levels[t.depth - 1] == level) {
+        t.depth -= 1;
+        value = t.sums[t.depth] + value;
+        level += 1;
+    }
+    t.sums[t.depth] = value;
+    t.levels[t.depth] = level;
+    t.depth += 1;
+}
+
+// The sum of a subtree of `size` leaves (a power of two) of which `count` were pushed: the rest
+// are zeros, pushed as whole zero subtrees (their sum is +0.0, as the reference's additions give).
+__device__ __forceinline__ double lp_tree_total(LpTree& t, i64 count, i64 size) {
+    if (count == 0) return 0.0;
+    i64 position = count;
+    while (position < size) {
+        int level = 0;
+        while (((position >> level) & 1) == 0) level += 1;
+        lp_tree_push(t, 0.0, level);
+        position += (i64)1 << level;
+    }
+    return t.sums[0];
+}
+
+// The tree sum over the 32 lanes of a warp, lane i holding leaf i (or the i-th of 32 equal
+// aligned subtrees); lane 0 gets it. Stride d: a lane at a multiple of 2d adds its right neighbour
+// subtree of d leaves.
+__device__ __forceinline__ double lp_warp_tree(double v) {
+    const int lane = threadIdx.x & 31;
+    for (int d = 1; d < 32; d <<= 1) {
+        const double right = __shfl_down_sync(LP_FULL, v, d);
+        if ((lane & (2 * d - 1)) == 0) v = v + right;
+    }
+    return v;
+}
+
+// The tree sum over the block's LP_THREADS threads, thread i holding leaf i (or the i-th of equal
+// aligned subtrees), returned to every thread. Called by every thread of the block.
+__device__ __forceinline__ double lp_block_tree(double v) {
+    __shared__ double warp_sums[LP_WARPS];
+    __shared__ double total;
+    v = lp_warp_tree(v);
+    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double w = threadIdx.x < LP_WARPS ? warp_sums[threadIdx.x] : 0.0;
+        for (int d = 1; d < LP_WARPS; d <<= 1) {
+            const double right = __shfl_down_sync(LP_FULL, w, d);
+            if ((threadIdx.x & (2 * d - 1)) == 0) w = w + right;
+        }
+        if (threadIdx.x == 0) total = w;
+    }
+    __syncthreads();
+    const double result = total;
+    __syncthreads();  // a second call may overwrite total
+    return result;
+}
+
+// The largest u32 over the block, returned to every thread (absmax over lp_abs_bits).
+__device__ __forceinline__ u32 lp_block_max(u32 v) {
+    __shared__ u32 warp_max[LP_WARPS];
+    for (int d = 16; d >= 1; d >>= 1) {
+        const u32 o = __shfl_xor_sync(LP_FULL, v, d);
+        v = o > v ? o : v;
+    }
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = v;
+    __syncthreads();
+    u32 m = 0;
+    for (int w = 0; w < LP_WARPS; ++w) m = warp_max[w] > m ? warp_max[w] : m;
+    __syncthreads();
+    return m;
+}

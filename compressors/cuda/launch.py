@@ -1,0 +1,128 @@
+"""Launching a method's CUDA kernels on CUDA tensors through CuPy.
+
+``kernels(method, device)`` compiles ``<method>.cu`` once per process (CuPy caches the binary
+on disk) and returns a ``Kernels``: the compressors' ``_encode_cuda``/``_decode_cuda`` call it
+with arrays (CuPy views of torch's tensors through DLPack: no copy) and NumPy scalars whose types
+are the kernel's C parameters' (np.int64 for ``long long``, np.uint32 for ``unsigned int``,
+np.float32 for ``float``, np.int32 for ``int``). Every launch has ``LP_THREADS`` threads per block
+and runs on torch's current stream, so it is ordered with the training step's own work.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any
+
+import numpy as np
+
+from . import build
+
+THREADS = 256  # common.cuh's LP_THREADS
+# Grid-stride kernels get at most this many blocks per multiprocessor: enough to hide latency.
+_BLOCKS_PER_SM = 8
+
+
+@functools.cache
+def cupy_installed() -> bool:
+    return importlib.util.find_spec("cupy") is not None
+
+
+class Kernels:
+    """One method's kernels and the array module they run on (CuPy here; NumPy under the host
+    emulator in the tests). Kernels must give the same result for any grid ``grid`` returns."""
+
+    xp: Any
+
+    def __init__(self, method: str, max_blocks: int) -> None:
+        self.method = method
+        self.max_blocks = max_blocks
+
+    def __call__(self, kernel: str, blocks: int, *args: Any) -> None:
+        """Launch ``kernel`` on ``blocks`` blocks of THREADS threads (nothing for 0 blocks)."""
+        if blocks > 0:
+            self._launch(kernel, int(blocks), args)
+
+    def grid(self, items: int, per_block: int = THREADS) -> int:
+        """Blocks for a grid-stride loop over ``items`` work items, ``per_block`` to a block per round."""
+        return max(1, min(-(-items // per_block), self.max_blocks))
+
+    def empty(self, count: int, dtype: Any) -> Any:
+        return self.xp.empty(int(count), dtype=dtype)
+
+    def zeros(self, count: int, dtype: Any) -> Any:
+        return self.xp.zeros(int(count), dtype=dtype)
+
+    def section(self, body: Any, start: int, count: int, dtype: Any, *, writable: bool = False) -> Any:
+        """``count`` items of ``dtype`` at byte ``start`` of a uint8 body. A section to read is copied
+        when unaligned (a payload cut out of a gathered buffer), so that kernels load whole words;
+        one to write must be aligned (a payload's body is: its header is a multiple of 8 bytes)."""
+        size = np.dtype(dtype).itemsize
+        raw = body[start:start + size * count]
+        if self.address(raw) % size:
+            if writable:
+                raise ValueError(f"{self.method}: an encode's out buffer must be {size}-byte aligned")
+            raw = raw.copy()
+        return raw.view(dtype)
+
+    def address(self, array: Any) -> int:
+        """The array's first byte's address (kernels pick 16-byte paths by it)."""
+        raise NotImplementedError
+
+    def _launch(self, kernel: str, blocks: int, args: tuple[Any, ...]) -> None:
+        raise NotImplementedError
+
+
+class CupyKernels(Kernels):
+    """The kernels of ``<method>.cu`` compiled by NVRTC, on one CUDA device."""
+
+    def __init__(self, method: str, device_index: int) -> None:
+        import cupy
+
+        self.xp = cupy
+        self._device = cupy.cuda.Device(device_index)
+        with self._device:
+            sms = self._device.attributes["MultiProcessorCount"]
+            self._functions = _compiled(method, device_index)
+        super().__init__(method, sms * _BLOCKS_PER_SM)
+
+    def address(self, array: Any) -> int:
+        return int(array.data.ptr)
+
+    def _launch(self, kernel, blocks, args):
+        import cupy
+        import torch
+
+        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(self._device.id).cuda_stream, self._device.id)
+        with self._device:
+            self._functions[kernel]((blocks,), (THREADS,), args, stream=stream)
+
+    def as_array(self, tensor: Any) -> Any:
+        """A CuPy view of a CUDA tensor (DLPack: the same memory)."""
+        return self.xp.from_dlpack(tensor.detach())
+
+
+@functools.cache
+def _compiled(method: str, device_index: int) -> dict[str, Any]:
+    """Compile ``<method>.cu`` for the current device; every kernel it declares, by name."""
+    import cupy
+
+    module = cupy.RawModule(code=build.source(method), options=build.OPTIONS)
+    try:
+        module.compile()
+    except cupy.cuda.compiler.CompileException as err:
+        raise build.KernelCompileError(f"CUDA program {method}.cu (kernels {', '.join(build.kernel_names(method))}) "
+                                       f"failed to compile with {' '.join(build.OPTIONS)}:\n{err}") from None
+    functions = {}
+    for name in build.kernel_names(method):
+        try:
+            functions[name] = module.get_function(name)
+        except cupy.cuda.driver.CUDADriverError as err:
+            raise build.KernelCompileError(f"CUDA program {method}.cu: kernel {name} not found in the "
+                                           f"compiled module ({err})") from None
+    return functions
+
+
+@functools.cache
+def kernels(method: str, device_index: int) -> CupyKernels:
+    """The compiled kernels of ``<method>.cu`` on CUDA device ``device_index`` (once per process)."""
+    return CupyKernels(method, device_index)

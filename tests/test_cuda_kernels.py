@@ -1,0 +1,152 @@
+"""The CUDA kernels (compressors/cuda) against the Numba kernels, on the CPU through the host
+emulator (tests/cuda_host): the same payload bytes, the same decoded bits, decode-add's same sums.
+
+Every compressor with a ``cuda_program``, every example parameter set; inputs of many sizes and
+values (tests/test_kernels.py's, plus 2**k +- 1 and larger random ones), the input at an address
+that is 4 bytes off a 16-byte boundary as well as aligned, payload bodies and decode outputs
+poisoned before each run, bodies to decode at unaligned addresses, mutated payloads refused (out
+left untouched) or decoded alike. The GPU itself: tests/test_cuda_gpu.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import compressors
+from compressors import COMPRESSORS, PayloadError, wire
+from tests import cuda_host
+from tests.test_kernels import INPUTS, _canonical
+
+pytest.importorskip("numba")
+if cuda_host.available():
+    pytest.skip(f"the CUDA host emulator cannot run: {cuda_host.available()}", allow_module_level=True)
+
+PROGRAMS = [name for name, cls in COMPRESSORS.items() if cls.cuda_program is not None]
+CASES = [pytest.param(name, params, id=f"{name}-{'-'.join(f'{k}{v}' for k, v in params.items()) or 'default'}")
+         for name in PROGRAMS for params in COMPRESSORS[name].examples]
+POISON = 0xA5
+
+
+def _more_inputs() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(23)
+    cases = {f"n{n}": torch.randn(n, generator=g) * 3 for n in (31, 32, 33, 255, 257, 4095, 4097, 65535, 65537)}
+    cases["scales"] = torch.randn(5000, generator=g) * torch.logspace(-30, 30, 5000)
+    cases["ties_big"] = torch.tensor([0.25, -0.25, 1.0, 0.0] * 3000)
+    return cases
+
+
+ALL_INPUTS = {**INPUTS, **_more_inputs()}
+
+
+def _numba(name: str, params: dict) -> compressors.Compressor:
+    return compressors.get(name, impl="numba", **params)
+
+
+def _host_encode(codec, x: torch.Tensor, *, offset: int, absmax: float | None = None) -> np.ndarray:
+    """codec's payload with the body made by its CUDA kernels (header: the Numba payload's)."""
+    k = cuda_host.host_kernels(codec.cuda_program)
+    shape = tuple(x.shape)
+    values = x.reshape(-1).to(torch.float32).numpy()
+    room = np.empty(values.size + 8, np.float32)  # numpy aligns to 16: offset 1 is 4 bytes off
+    flat = room[offset:offset + values.size]
+    flat[:] = values
+    size = codec.payload_nbytes(shape)
+    start = size - codec._body_nbytes(shape)
+    payload = np.full(size, POISON, np.uint8)
+    extra = {} if absmax is None else {"absmax": absmax}
+    payload[:start] = codec.encode(x, step=3, rank=1, stream=5, **extra).numpy()[:start]
+    codec._encode_cuda(k, flat, payload[start:], shape, step=3, rank=1, stream=5, **extra)
+    return payload
+
+
+def _host_decode(codec, payload: np.ndarray, out: np.ndarray, add: bool, shift: int) -> None:
+    header = wire.read_header(torch.from_numpy(payload))
+    room = np.zeros(payload.size + 16, np.uint8)
+    moved = room[shift:shift + payload.size]
+    moved[:] = payload
+    k = cuda_host.host_kernels(codec.cuda_program)
+    codec._decode_cuda(k, moved[header.nbytes:], header.shape, out, add)
+
+
+def _same_bits(got: np.ndarray, expected: np.ndarray, what: str) -> None:
+    differ = np.flatnonzero(_canonical(got) != _canonical(expected))
+    assert differ.size == 0, f"{what}: {differ.size} values differ, first at {differ[:6].tolist()}: " \
+                             f"{got[differ[:3]].tolist()} vs {expected[differ[:3]].tolist()}"
+
+
+def _same_body(got: np.ndarray, expected: np.ndarray, start: int, what: str) -> None:
+    """Byte-identical but for the bits of NaNs in aligned float32 words (as tests/test_kernels.py)."""
+    assert got.size == expected.size
+    end = start + (got.size - start) // 4 * 4
+    wx, wy = got[start:end].view(np.uint32), expected[start:end].view(np.uint32)
+    nan = lambda w: ((w & 0x7F800000) == 0x7F800000) & ((w & 0x007FFFFF) != 0)  # noqa: E731
+    differ = np.flatnonzero((wx != wy) & ~(nan(wx) & nan(wy)))
+    tail = np.flatnonzero(got[end:] != expected[end:])
+    assert differ.size == 0 and tail.size == 0, (
+        f"{what}: body words differ at byte offsets {(differ[:8] * 4).tolist()} of {got.size - start}"
+        + (f", tail bytes at {tail.tolist()}" if tail.size else ""))
+
+
+@pytest.mark.parametrize("name, params", CASES)
+def test_the_same_payloads_and_decodes_as_numba(name, params):
+    codec = _numba(name, params)
+    rng = np.random.default_rng(7)
+    for label, x in ALL_INPUTS.items():
+        expected = codec.encode(x, step=3, rank=1, stream=5).numpy()
+        start = expected.size - codec._body_nbytes(tuple(x.shape))
+        for offset in (0, 1):
+            what = f"input {label}, input offset {4 * offset} bytes"
+            got = _host_encode(codec, x, offset=offset)
+            _same_body(got, expected, start, what)
+        decoded = codec.decode(torch.from_numpy(expected)).reshape(-1).numpy()
+        out = np.full(decoded.size, np.nan, np.float32)
+        out.view(np.uint32)[:] = 0xFFA5A5A5  # poisoned: a NaN no decode makes
+        _host_decode(codec, expected, out, False, shift=int(rng.integers(0, 4)))
+        _same_bits(out, decoded, f"input {label}: decode")
+        base = torch.linspace(-2.0, 2.0, decoded.size)
+        summed = base.clone()
+        codec.decode(torch.from_numpy(expected), out=summed.view(x.shape), add=True)
+        into = base.numpy().copy()
+        _host_decode(codec, expected, into, True, shift=int(rng.integers(0, 4)))
+        _same_bits(into, summed.numpy(), f"input {label}: decode add")
+
+
+@pytest.mark.parametrize("name, params", [c for c in CASES if COMPRESSORS[c.values[0]](**c.values[1]).scales_by_tensor])
+def test_the_whole_tensors_maximum_is_the_floor_alike(name, params):
+    codec = _numba(name, params)
+    x = ALL_INPUTS["n1025"]
+    for floor in (0.0, 0.5, 100.0, float("nan"), float("inf")):
+        expected = codec.encode(x, absmax=floor).numpy()
+        start = expected.size - codec._body_nbytes(tuple(x.shape))
+        _same_body(_host_encode(codec, x, offset=1, absmax=floor), expected, start, f"absmax {floor}")
+
+
+@pytest.mark.parametrize("name, params", CASES)
+def test_a_random_payload_is_refused_or_decoded_alike(name, params):
+    """Mutated bodies: the CUDA kernels raise PayloadError with Numba's message exactly where Numba
+    does, leaving out untouched, and otherwise decode the same values."""
+    codec = _numba(name, params)
+    g = torch.Generator().manual_seed(5)
+    x = INPUTS["33x31"]
+    payload = codec.encode(x).numpy()
+    start = wire.read_header(torch.from_numpy(payload)).nbytes
+    for trial in range(40):
+        bad = payload.copy()
+        where = torch.randint(start, payload.size, (1 + trial % 4,), generator=g).numpy()
+        bad[where] = torch.randint(0, 256, (where.size,), generator=g, dtype=torch.uint8).numpy()
+        out = np.full(x.numel(), 3.0, np.float32)
+        try:
+            expected = codec.decode(torch.from_numpy(bad)).reshape(-1).numpy()
+        except PayloadError as error:
+            with pytest.raises(PayloadError) as got:
+                _host_decode(codec, bad, out, False, shift=trial % 4)
+            assert str(got.value) == str(error)
+            assert (out == 3.0).all(), "a refused payload wrote into out"
+            continue
+        _host_decode(codec, bad, out, False, shift=trial % 4)
+        _same_bits(out, expected, f"mutation {trial}")
+
+
+def test_every_compressor_with_numba_kernels_has_cuda_kernels():
+    assert PROGRAMS == [name for name, cls in COMPRESSORS.items() if cls.has_numba]
