@@ -194,8 +194,9 @@ class Compressor(ABC):
             payload = out if out is not None else torch.empty(len(header) + body_nbytes, dtype=torch.uint8,
                                                               device=x.device)
             payload[:len(header)].copy_(torch.frombuffer(bytearray(header), dtype=torch.uint8))
-            self._encode_cuda(k, k.as_array(flat.contiguous()), k.as_array(payload)[len(header):], shape,
-                              step=step, rank=rank, stream=stream, **extra)
+            with k.on_stream():  # the glue's scratch, copies and reads on the launches' stream
+                self._encode_cuda(k, k.as_array(flat.contiguous()), k.as_array(payload)[len(header):], shape,
+                                  step=step, rank=rank, stream=stream, **extra)
             return payload
         if self.uses_numba(x.device):
             payload = out if out is not None else torch.empty(len(header) + body_nbytes, dtype=torch.uint8)
@@ -234,8 +235,9 @@ class Compressor(ABC):
         if self.uses_cuda(payload.device):
             k = self._cuda_kernels(payload.device)
             target = out if out is not None else torch.empty(header.numel, dtype=torch.float32, device=payload.device)
-            body = k.as_array(payload.contiguous())[header.nbytes:]
-            self._decode_cuda(k, body, header.shape, k.as_array(target.view(-1)), add)
+            with k.on_stream():  # the glue's scratch, copies and reads on the launches' stream
+                body = k.as_array(payload.contiguous())[header.nbytes:]
+                self._decode_cuda(k, body, header.shape, k.as_array(target.view(-1)), add)
             return target.view(header.shape)
         if self.uses_numba(payload.device):
             target = out if out is not None else torch.empty(header.numel, dtype=torch.float32)

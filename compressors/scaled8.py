@@ -194,8 +194,8 @@ def _device_tables(k: Any, codec: _AbsmaxScaled) -> tuple[Any, Any]:
         table = None
         if codec.name == "dynamic8":
             from .kernels.scaled8 import _bin_table
-            table = k.xp.asarray(_bin_table(*_bin_codes()))
-        tables[codec.name] = (table, k.xp.asarray(np.ascontiguousarray(codec._decode_values(), np.float32)))
+            table = k.upload(_bin_table(*_bin_codes()))
+        tables[codec.name] = (table, k.upload(np.ascontiguousarray(codec._decode_values(), np.float32)))
     return tables[codec.name]
 
 

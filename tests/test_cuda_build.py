@@ -1,12 +1,17 @@
-"""The CUDA programs compile: every ``compressors/cuda/<program>.cu`` with nvcc for Hopper (sm_90)
-under the options CuPy's NVRTC gets, warnings as errors, so a syntax or type error shows in CI
-and not first on a lent GPU. Skipped where no nvcc is installed (the GPU machine's own run
-compiles through CuPy)."""
+"""The CUDA programs compile, so that a syntax or type error shows in CI and not first on a lent
+GPU: every ``compressors/cuda/<program>.cu`` with NVRTC (the compiler CuPy runs; from the
+``nvidia-cuda-nvrtc`` wheel of the test extra, called through ctypes: no GPU needed) for Hopper
+under the options CuPy gets, no warnings allowed; and with nvcc for sm_90, warnings as
+errors, where nvcc is installed. Each is skipped where its compiler is missing."""
 from __future__ import annotations
 
+import ctypes
+import functools
+import importlib.util
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +19,48 @@ import compressors
 from compressors.cuda import build
 
 NVCC = shutil.which("nvcc")
+
+
+@functools.cache
+def _nvrtc() -> ctypes.CDLL | None:
+    """NVRTC from the nvidia-cuda-nvrtc wheel (CUDA 13's, or 12's), None if neither is installed."""
+    spec = importlib.util.find_spec("nvidia")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for pattern in ("cu13/lib/libnvrtc.so.13*", "cuda_nvrtc/lib/libnvrtc.so.12*"):
+            for path in sorted(Path(folder).glob(pattern)):
+                if "builtins" not in path.name:
+                    return ctypes.CDLL(str(path))
+    return None
+
+
+def _nvrtc_compile(code: str, name: str, arch: str) -> tuple[int, str]:
+    """NVRTC's result code and log for ``code`` under build.OPTIONS."""
+    lib = _nvrtc()
+    program = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(program), code.encode(), name.encode(), 0, None, None) == 0
+    options = [o.encode() for o in (*build.OPTIONS, f"-arch={arch}")]
+    result = lib.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(*options))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(program, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(program, log)
+    lib.nvrtcDestroyProgram(ctypes.byref(program))
+    return result, log.value.decode(errors="replace").strip()
+
+
+@pytest.mark.skipif(_nvrtc() is None, reason="the nvidia-cuda-nvrtc wheel is not installed (pip install -e '.[test]')")
+@pytest.mark.parametrize("program", build.methods())
+def test_nvrtc_compiles_the_program(program):
+    result, log = _nvrtc_compile(build.source(program), f"{program}.cu", "sm_90")
+    assert result == 0 and not log, f"{program}.cu: NVRTC result {result}\n{log}"
+
+
+@pytest.mark.skipif(_nvrtc() is None, reason="the nvidia-cuda-nvrtc wheel is not installed")
+def test_an_nvrtc_error_names_the_program_and_line():
+    program = build.methods()[0]
+    source = build.source(program) + "\nextern \"C\" __global__ void broken(int* x) { x[0] = y; }\n"
+    result, log = _nvrtc_compile(source, f"{program}.cu", "sm_90")
+    assert result != 0 and f"{program}.cu(" in log and "identifier \"y\" is undefined" in log
 
 
 def _nvcc(code: str, tmp_path, name: str) -> subprocess.CompletedProcess:

@@ -114,6 +114,23 @@ def test_a_random_payload_is_refused_or_decoded_alike(name, params):
         _check_same(gpu.decode(bad.cuda(), out=out), expected, f"mutation {trial}")
 
 
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_a_side_stream_orders_scratch_checks_and_kernels(name):
+    """Under a non-blocking side stream (DDP's hooks run on such streams), scratch zeroing, the decode
+    checks' reads and the kernels stay ordered: the same bytes, and a refused payload stays refused."""
+    cpu, gpu = compressors.get(name, impl="numba"), compressors.get(name, impl="cuda")
+    x = torch.randn(1031, 257)
+    expected = cpu.encode(x, step=1)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        xg = x.cuda(non_blocking=True)
+        got = gpu.encode(xg, step=1)
+        decoded = gpu.decode(got)
+    side.synchronize()
+    _check_payload(got, expected, wire.read_header(expected).nbytes, f"{name} on a side stream")
+    _check_same(decoded, cpu.decode(expected), f"{name} decode on a side stream")
+
+
 def test_auto_takes_the_cuda_kernels_for_cuda_tensors():
     codec = compressors.get("dynamic8")
     assert codec.uses_cuda("cuda") and not codec.uses_cuda("cpu")

@@ -112,6 +112,58 @@ def test_the_same_payloads_and_decodes_as_numba(name, params):
         _same_bits(into, summed.numpy(), f"input {label}: decode add")
 
 
+def _paths_beyond_the_examples() -> list:
+    """Parameters and inputs whose kernel paths the examples with ALL_INPUTS never take (the
+    kernels pick a path by bucket length and count): (compressor, params, input)."""
+    g = torch.Generator().manual_seed(31)
+    wide = torch.randn(70_000, generator=g)
+    octaves = torch.randn(20_000, generator=g) * torch.logspace(-35, 35, 20_000)
+    special = torch.randn(64, 300, generator=g)
+    special[5, 7], special[5, 100], special[5, 200], special[9, 3] = float("nan"), float("inf"), -float("inf"), float("nan")
+    cases = [
+        ("dynamic8", {"block": 1500}, torch.randn(100_000, generator=g)),  # >= 64 blocks of > 1024 entries
+        ("linear8", {"block": 1025}, wide),
+        ("maxmin", {"bucket": 4096}, wide),  # long buckets, a multiple of 8, few of them
+        ("maxmin", {"bucket": 1032}, wide),  # many long buckets, a multiple of 8
+        ("maxmin", {"bucket": 1031, "bits": 3}, wide),  # long buckets, not a multiple of 8
+        ("qsgd", {"bucket": 4096, "norm": "l2"}, wide),  # buckets over a block's tile
+        ("qsgd", {"bucket": 5000, "bits": 3}, torch.cat([wide[:20_000], torch.tensor([float("nan")])])),
+        ("scaledsign", {}, torch.randn(1_100_000, generator=g)),  # more than 256 runs of 4096 leaves
+        ("signsgd", {}, torch.cat([torch.zeros(1_050_000), torch.tensor([float("nan")])])),
+        ("onebit", {"grouping": "row"}, torch.randn(3, 4100, generator=g)),  # rows over a tile
+        ("onebit", {"grouping": "row"}, torch.full((4, 64), -0.0)),  # a power-of-two row of -0.0: mean -0.0
+        ("onebit", {}, torch.randn(4100, 3, generator=g)),
+        ("randomk", {"pi": 0.37, "seed": 660}, torch.randn(40_000, generator=g)),  # draws tie at the threshold
+        ("adaptive", {}, octaves),  # one group whose partial sums round: the serial chain
+        ("adaptive", {"pi": 0.1, "grouping": "row"}, octaves.view(20, 1000)),
+        ("adaptive", {"threshold": "sampled"}, special),  # NaN and +-inf inside groups
+        ("adaptive", {"threshold": "sampled", "grouping": "row"}, special),
+        ("topk", {"pi": 0.05}, octaves),
+    ]
+    return [pytest.param(name, params, x, id=f"{name}-{'-'.join(f'{k}{v}' for k, v in params.items()) or 'default'}"
+                         f"-{'x'.join(map(str, x.shape))}") for name, params, x in cases]
+
+
+@pytest.mark.parametrize("name, params, x", _paths_beyond_the_examples())
+def test_paths_beyond_the_examples_give_numbas_bytes(name, params, x):
+    codec = _numba(name, params)
+    expected = codec.encode(x, step=3, rank=1, stream=5).numpy()
+    start = expected.size - codec._body_nbytes(tuple(x.shape))
+    for offset in (0, 1):
+        _same_body(_host_encode(codec, x, offset=offset), expected, start, f"input offset {4 * offset} bytes")
+    decoded = codec.decode(torch.from_numpy(expected)).reshape(-1).numpy()
+    out = np.empty(decoded.size, np.float32)
+    out.view(np.uint32)[:] = 0xFFA5A5A5
+    _host_decode(codec, expected, out, False, shift=3)
+    _same_bits(out, decoded, "decode")
+    base = torch.linspace(-2.0, 2.0, decoded.size)
+    summed = base.clone()
+    codec.decode(torch.from_numpy(expected), out=summed.view(x.shape), add=True)
+    into = base.numpy().copy()
+    _host_decode(codec, expected, into, True, shift=0)
+    _same_bits(into, summed.numpy(), "decode add")
+
+
 @pytest.mark.parametrize("name, params", [c for c in CASES if COMPRESSORS[c.values[0]](**c.values[1]).scales_by_tensor])
 def test_the_whole_tensors_maximum_is_the_floor_alike(name, params):
     codec = _numba(name, params)
@@ -150,3 +202,28 @@ def test_a_random_payload_is_refused_or_decoded_alike(name, params):
 
 def test_every_compressor_with_numba_kernels_has_cuda_kernels():
     assert PROGRAMS == [name for name, cls in COMPRESSORS.items() if cls.has_numba]
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_encode_and_decode_dispatch_to_the_cuda_kernels(name, monkeypatch):
+    """base.Compressor's CUDA branch end to end (header, out buffers, shapes, add), with the host
+    emulator standing in for CuPy: every codec on CPU tensors as if they were CUDA tensors."""
+    from compressors.base import Compressor
+
+    reference = _numba(name, {})
+    codec = compressors.get(name, impl="reference")
+    monkeypatch.setattr(Compressor, "uses_cuda", lambda self, device: True)
+    monkeypatch.setattr(Compressor, "_cuda_kernels", lambda self, device: cuda_host.host_kernels(self.cuda_program))
+    x = INPUTS["33x31"]
+    expected = reference.encode(x, step=2, rank=1, stream=4)
+    out = torch.full_like(expected, POISON)
+    assert codec.encode(x, step=2, rank=1, stream=4, out=out).data_ptr() == out.data_ptr()
+    start = wire.read_header(expected).nbytes
+    _same_body(out.numpy(), expected.numpy(), start, "encode into out")
+    _same_body(codec.encode(x, step=2, rank=1, stream=4).numpy(), expected.numpy(), start, "encode")
+    decoded = codec.decode(expected)
+    assert decoded.shape == x.shape
+    _same_bits(decoded.reshape(-1).numpy(), reference.decode(expected).reshape(-1).numpy(), "decode")
+    total = torch.ones(x.shape)
+    codec.decode(expected, out=total, add=True)
+    _same_bits(total.reshape(-1).numpy(), (1.0 + reference.decode(expected)).reshape(-1).numpy(), "decode add")

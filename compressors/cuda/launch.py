@@ -9,6 +9,7 @@ and runs on torch's current stream, so it is ordered with the training step's ow
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 from typing import Any
@@ -68,6 +69,20 @@ class Kernels:
         """The array's first byte's address (kernels pick 16-byte paths by it)."""
         raise NotImplementedError
 
+    def upload(self, host: np.ndarray) -> Any:
+        """A constant host array on the device, complete on return (cached tables: a later launch
+        may come from another stream)."""
+        return self.xp.asarray(host)
+
+    def on_stream(self) -> Any:
+        """A context in which the glue's own array work (scratch from ``empty``/``zeros``, the
+        copies ``section`` makes, tables, ``int(a[0])`` reads) runs where the launches do."""
+        return contextlib.nullcontext()
+
+    def as_array(self, tensor: Any) -> Any:
+        """An array of ``xp`` over a tensor's own memory."""
+        raise NotImplementedError
+
     def _launch(self, kernel: str, blocks: int, args: tuple[Any, ...]) -> None:
         raise NotImplementedError
 
@@ -87,6 +102,28 @@ class CupyKernels(Kernels):
 
     def address(self, array: Any) -> int:
         return int(array.data.ptr)
+
+    def upload(self, host):
+        with self._device:
+            array = self.xp.asarray(host)  # an asynchronous copy on the current stream
+            self.xp.cuda.get_current_stream().synchronize()
+        return array
+
+    @contextlib.contextmanager
+    def on_stream(self):
+        # CuPy allocates, zeroes, copies and reads back on ITS current device and stream: unless
+        # they are torch's (the launches'), a k.zeros memset, a section's copy or an int(a[0])
+        # read is not ordered with the kernels (torch's side streams are non-blocking: the legacy
+        # default stream does not wait for them), and the memory pool may hand a freed scratch
+        # array to another stream while a kernel still uses it.
+        import cupy
+        import torch
+
+        with self._device:
+            stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(self._device.id).cuda_stream,
+                                              self._device.id)
+            with stream:
+                yield
 
     def _launch(self, kernel, blocks, args):
         import cupy

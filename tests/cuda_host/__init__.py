@@ -98,6 +98,10 @@ class HostKernels(launch.Kernels):
     def address(self, array: Any) -> int:
         return int(array.ctypes.data)
 
+    def as_array(self, tensor: Any) -> np.ndarray:
+        """A NumPy view of a CPU tensor (the same memory, as DLPack gives CuPy a CUDA tensor's)."""
+        return tensor.detach().numpy()
+
     def _launch(self, kernel: str, blocks: int, args: tuple[Any, ...]) -> None:
         if kernel not in self._types:
             raise KeyError(f"{self.method}.cu has no kernel {kernel} (it has {', '.join(self._types)})")
