@@ -124,3 +124,108 @@ __device__ __forceinline__ u32 lp_block_max(u32 v) {
     __syncthreads();
     return m;
 }
+
+// ---------------------------------------------------------------- what several programs share
+
+// Write (add: add, in float32) the first `count` (<= 8) of v into out: two 16-byte stores where all
+// 8 are there and out is 16-byte aligned (aligned16), else one by one.
+__device__ __forceinline__ void lp_store8(float* __restrict__ out, const float v[8], int count, int add,
+                                          int aligned16) {
+    if (count == 8 && aligned16) {
+        float4* o = reinterpret_cast<float4*>(out);
+        float4 a = make_float4(v[0], v[1], v[2], v[3]);
+        float4 b = make_float4(v[4], v[5], v[6], v[7]);
+        if (add) {
+            const float4 p = o[0], q = o[1];
+            a = make_float4(p.x + a.x, p.y + a.y, p.z + a.z, p.w + a.w);
+            b = make_float4(q.x + b.x, q.y + b.y, q.z + b.z, q.w + b.w);
+        }
+        o[0] = a;
+        o[1] = b;
+    } else {
+#pragma unroll
+        for (int t = 0; t < 8; ++t)
+            if (t < count) out[t] = add ? out[t] + v[t] : v[t];
+    }
+}
+
+// Store the staged bytes stage[o - w0] for the packed bytes o in [lo, hi): whole aligned u32 words
+// where they lie inside, single bytes at the ends (w0: lo rounded down to a word's address).
+// Called by every thread after the stage is written and synced.
+__device__ __forceinline__ void lp_store_stage(u8* __restrict__ packed, const u8* stage, i64 lo, i64 hi, i64 w0) {
+    for (i64 o = w0 + 4 * (i64)threadIdx.x; o < hi; o += 4 * LP_THREADS) {
+        const u8* s = stage + (o - w0);
+        if (o >= lo && o + 4 <= hi) {
+            *reinterpret_cast<u32*>(packed + o) =
+                (u32)s[0] | ((u32)s[1] << 8) | ((u32)s[2] << 16) | ((u32)s[3] << 24);
+        } else {
+            for (int j = 0; j < 4; ++j)
+                if (o + j >= lo && o + j < hi) packed[o + j] = s[j];
+        }
+    }
+}
+
+struct LpAdd {
+    __device__ static __forceinline__ double apply(double l, double r) { return l + r; }
+};
+struct LpMax {
+    __device__ static __forceinline__ u32 apply(u32 l, u32 r) { return l > r ? l : r; }
+};
+
+// Reduce a tile's segments of 2**logq slots (thread t holds slots 8t..8t+7 in a; LP_THREADS x 8
+// slots): segment j's result into out[j]. Op is applied as the tree's left-right nodes (LpAdd: the
+// fixed-order tree over the segment's slots). Called by every thread; out is read after a
+// __syncthreads.
+template <class T, class Op>
+__device__ __forceinline__ void lp_tile_segments(T a[8], int logq, T* out) {
+    __shared__ T warp_part[LP_WARPS];
+    const int t = threadIdx.x, lane = t & 31;
+    const int q = 1 << logq;
+#pragma unroll
+    for (int d = 1; d < 8; d <<= 1) {
+        if (d < q) {
+#pragma unroll
+            for (int j = 0; j < 8; j += 2 * d) a[j] = Op::apply(a[j], a[j + d]);
+        }
+    }
+    if (q <= 8) {  // uniform: each segment lies in one thread
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            if ((j & (q - 1)) == 0) out[(8 * t + j) >> logq] = a[j];
+        return;
+    }
+    const int m = q >> 3;  // threads per segment
+    T v = a[0];
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const T right = __shfl_down_sync(LP_FULL, v, d);
+        if (d < m && (lane & (2 * d - 1)) == 0) v = Op::apply(v, right);
+    }
+    if (m <= 32) {
+        if ((t & (m - 1)) == 0) out[(8 * t) >> logq] = v;
+        return;
+    }
+    const int mw = m >> 5;  // warps per segment: 2, 4 or 8
+    if (lane == 0) warp_part[t >> 5] = v;
+    __syncthreads();
+    if (lane == 0 && ((t >> 5) & (mw - 1)) == 0) {
+        T w[LP_WARPS];
+#pragma unroll
+        for (int j = 0; j < LP_WARPS; ++j) w[j] = warp_part[j];
+        const int w0 = t >> 5;
+#pragma unroll
+        for (int d = 1; d < LP_WARPS; d <<= 1) {
+            if (d < mw) {
+#pragma unroll
+                for (int j = 0; j + d < LP_WARPS; j += 2 * d) w[j] = Op::apply(w[j], w[j + d]);
+            }
+        }
+        // w[w0] after the levels above is the segment's (its mw warps are an aligned run)
+        T r = w[0];
+#pragma unroll
+        for (int j = 0; j < LP_WARPS; ++j)
+            if (j == w0) r = w[j];
+        out[(8 * t) >> logq] = r;
+    }
+    __syncthreads();  // warp_part may be written again by a next call
+}

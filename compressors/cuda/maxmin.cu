@@ -331,21 +331,6 @@ maxmin_decode(const float* __restrict__ mins, const float* __restrict__ maxs, co
             }
             v[t] = (float)(low + unit * (double)((word >> (t * bits)) & mask));
         }
-        if (vec && count == 8) {
-            float4* o = reinterpret_cast<float4*>(out + i);
-            float4 a = make_float4(v[0], v[1], v[2], v[3]);
-            float4 c = make_float4(v[4], v[5], v[6], v[7]);
-            if (add) {
-                const float4 p = o[0], q = o[1];
-                a = make_float4(p.x + a.x, p.y + a.y, p.z + a.z, p.w + a.w);
-                c = make_float4(q.x + c.x, q.y + c.y, q.z + c.z, q.w + c.w);
-            }
-            o[0] = a;
-            o[1] = c;
-        } else {
-#pragma unroll
-            for (int t = 0; t < 8; ++t)
-                if (t < count) out[i + t] = add ? out[i + t] + v[t] : v[t];
-        }
+        lp_store8(out + i, v, count, add, vec);
     }
 }

@@ -76,21 +76,6 @@ natural_decode(const u8* __restrict__ codes, const u8* __restrict__ signs, long 
             const u32 word = negative && code == 0 ? 0x7FC00000u : (code << 23) | (negative << 31);
             v[t] = __uint_as_float(word);
         }
-        if (vec && count == 8) {
-            float4* o = reinterpret_cast<float4*>(out + i);
-            float4 a = make_float4(v[0], v[1], v[2], v[3]);
-            float4 b = make_float4(v[4], v[5], v[6], v[7]);
-            if (add) {
-                const float4 p = o[0], q = o[1];
-                a = make_float4(p.x + a.x, p.y + a.y, p.z + a.z, p.w + a.w);
-                b = make_float4(q.x + b.x, q.y + b.y, q.z + b.z, q.w + b.w);
-            }
-            o[0] = a;
-            o[1] = b;
-        } else {
-#pragma unroll
-            for (int t = 0; t < 8; ++t)
-                if (t < count) out[i + t] = add ? out[i + t] + v[t] : v[t];
-        }
+        lp_store8(out + i, v, count, add, vec);
     }
 }

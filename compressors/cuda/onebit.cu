@@ -11,76 +11,6 @@
 
 #define ONEBIT_TILE 2048  // slots per tile: LP_THREADS threads x 8
 
-// The tree sums of the tile's segments of 2**logq slots (thread t holds slots 8t..8t+7 in a):
-// segment j's into out[j], in the tree's order. Called by every thread; out is read after a
-// __syncthreads.
-__device__ __forceinline__ void onebit_segments(double a[8], int logq, double* out) {
-    __shared__ double warp_part[LP_WARPS];
-    const int t = threadIdx.x, lane = t & 31;
-    const int q = 1 << logq;
-#pragma unroll
-    for (int d = 1; d < 8; d <<= 1) {
-        if (d < q) {
-#pragma unroll
-            for (int j = 0; j < 8; j += 2 * d) a[j] = a[j] + a[j + d];
-        }
-    }
-    if (q <= 8) {  // uniform: each segment lies in one thread
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            if ((j & (q - 1)) == 0) out[(8 * t + j) >> logq] = a[j];
-        return;
-    }
-    const int m = q >> 3;  // threads per segment
-    double v = a[0];
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const double right = __shfl_down_sync(LP_FULL, v, d);
-        if (d < m && (lane & (2 * d - 1)) == 0) v = v + right;
-    }
-    if (m <= 32) {
-        if ((t & (m - 1)) == 0) out[(8 * t) >> logq] = v;
-        return;
-    }
-    const int mw = m >> 5;  // warps per segment: 2, 4 or 8
-    if (lane == 0) warp_part[t >> 5] = v;
-    __syncthreads();
-    if (lane == 0 && ((t >> 5) & (mw - 1)) == 0) {
-        double w[LP_WARPS];
-#pragma unroll
-        for (int j = 0; j < LP_WARPS; ++j) w[j] = warp_part[j];
-#pragma unroll
-        for (int d = 1; d < LP_WARPS; d <<= 1) {
-            if (d < mw) {
-#pragma unroll
-                for (int j = 0; j + d < LP_WARPS; j += 2 * d) w[j] = w[j] + w[j + d];
-            }
-        }
-        const int w0 = t >> 5;
-        double r = w[0];
-#pragma unroll
-        for (int j = 0; j < LP_WARPS; ++j)
-            if (j == w0) r = w[j];
-        out[(8 * t) >> logq] = r;
-    }
-    __syncthreads();  // warp_part may be written again by a next call
-}
-
-// Store the staged bytes stage[o - w0] for the packed bytes o in [lo, hi): whole aligned u32 words
-// where they lie inside, single bytes at the ends (w0: lo rounded down to a 4-byte aligned address).
-__device__ __forceinline__ void onebit_store_stage(u8* __restrict__ packed, const u8* stage, i64 lo, i64 hi, i64 w0) {
-    for (i64 o = w0 + 4 * (i64)threadIdx.x; o < hi; o += 4 * LP_THREADS) {
-        const u8* s = stage + (o - w0);
-        if (o >= lo && o + 4 <= hi) {
-            *reinterpret_cast<u32*>(packed + o) =
-                (u32)s[0] | ((u32)s[1] << 8) | ((u32)s[2] << 16) | ((u32)s[3] << 24);
-        } else {
-            for (int j = 0; j < 4; ++j)
-                if (o + j >= lo && o + j < hi) packed[o + j] = s[j];
-        }
-    }
-}
-
 // The byte of bits of entries 8g..8g+7 (those below n) of m.
 __device__ __forceinline__ u8 onebit_byte(const float* __restrict__ m, i64 n, i64 g) {
     u32 byte = 0;
@@ -156,21 +86,21 @@ onebit_encode_tiles(const float* __restrict__ m, long long rows, long long cols,
         // The counts (exact in float64, any order).
 #pragma unroll
         for (int j = 0; j < 8; ++j) a[j] = ok[j] ? 1.0 : 0.0;
-        onebit_segments(a, logq, sums);
+        lp_tile_segments<double, LpAdd>(a, logq, sums);
         __syncthreads();
         for (int j = t; j < per; j += LP_THREADS) counts[j] = (int)sums[j];
         __syncthreads();
         // The positive side: a padding slot, or an entry < 0, is a +0.0 leaf.
 #pragma unroll
         for (int j = 0; j < 8; ++j) a[j] = ok[j] ? (double)v[j] : 0.0;
-        onebit_segments(a, logq, sums);
+        lp_tile_segments<double, LpAdd>(a, logq, sums);
         __syncthreads();
         for (int j = t; j < per && r0 + j < rows; j += LP_THREADS) mean_pos[r0 + j] = onebit_mean(sums[j], counts[j]);
         __syncthreads();
         // The negative side (a padding slot's v is +0.0, itself then).
 #pragma unroll
         for (int j = 0; j < 8; ++j) a[j] = ok[j] ? 0.0 : (double)v[j];
-        onebit_segments(a, logq, sums);
+        lp_tile_segments<double, LpAdd>(a, logq, sums);
         __syncthreads();
         for (int j = t; j < per && r0 + j < rows; j += LP_THREADS)
             mean_neg[r0 + j] = onebit_mean(sums[j], (double)(cols - counts[j]));
@@ -187,7 +117,7 @@ onebit_encode_tiles(const float* __restrict__ m, long long rows, long long cols,
                 stage[g - w0] = (u8)byte;
             }
             __syncthreads();
-            onebit_store_stage(packed, stage, gA, gB, w0);
+            lp_store_stage(packed, stage, gA, gB, w0);
         }
         __syncthreads();
     }
@@ -279,7 +209,7 @@ onebit_reduce(const double* __restrict__ in_pos, const double* __restrict__ in_n
             double a[8];
 #pragma unroll
             for (int j = 0; j < 8; ++j) a[j] = lo + j < len ? src[lo + j] : 0.0;
-            onebit_segments(a, logq, sums);
+            lp_tile_segments<double, LpAdd>(a, logq, sums);
             __syncthreads();
             r[side] = sums[0];
             __syncthreads();
@@ -321,22 +251,7 @@ onebit_decode_rows(const u8* __restrict__ packed, long long n, long long cols, c
                 v[j] = (byte >> j) & 1u ? p : q;
             }
         }
-        if (count == 8 && out_al16) {
-            float4* o = reinterpret_cast<float4*>(out + e0);
-            float4 a = make_float4(v[0], v[1], v[2], v[3]);
-            float4 b = make_float4(v[4], v[5], v[6], v[7]);
-            if (add) {
-                const float4 a0 = o[0], b0 = o[1];
-                a = make_float4(a0.x + a.x, a0.y + a.y, a0.z + a.z, a0.w + a.w);
-                b = make_float4(b0.x + b.x, b0.y + b.y, b0.z + b.z, b0.w + b.w);
-            }
-            o[0] = a;
-            o[1] = b;
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                if (j < count) out[e0 + j] = add ? out[e0 + j] + v[j] : v[j];
-        }
+        lp_store8(out + e0, v, count, add, out_al16);
     }
 }
 

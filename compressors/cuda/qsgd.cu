@@ -13,70 +13,6 @@
 
 #define QSGD_TILE 2048  // slots per tile: LP_THREADS threads x 8
 
-struct QsgdAdd {
-    __device__ static __forceinline__ double apply(double l, double r) { return l + r; }
-};
-struct QsgdMax {
-    __device__ static __forceinline__ u32 apply(u32 l, u32 r) { return l > r ? l : r; }
-};
-
-// Reduce the tile's segments of 2**logq slots (thread t holds slots 8t..8t+7 in a): segment j's
-// result into out[j]. Op is applied as the tree's left-right nodes (for the sum: the fixed-order
-// tree over the segment's slots). Called by every thread; out is read after a __syncthreads.
-template <class T, class Op>
-__device__ __forceinline__ void qsgd_segments(T a[8], int logq, T* out) {
-    __shared__ T warp_part[LP_WARPS];
-    const int t = threadIdx.x, lane = t & 31;
-    const int q = 1 << logq;
-#pragma unroll
-    for (int d = 1; d < 8; d <<= 1) {
-        if (d < q) {
-#pragma unroll
-            for (int j = 0; j < 8; j += 2 * d) a[j] = Op::apply(a[j], a[j + d]);
-        }
-    }
-    if (q <= 8) {  // uniform: each segment lies in one thread
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            if ((j & (q - 1)) == 0) out[(8 * t + j) >> logq] = a[j];
-        return;
-    }
-    const int m = q >> 3;  // threads per segment
-    T v = a[0];
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const T right = __shfl_down_sync(LP_FULL, v, d);
-        if (d < m && (lane & (2 * d - 1)) == 0) v = Op::apply(v, right);
-    }
-    if (m <= 32) {
-        if ((t & (m - 1)) == 0) out[(8 * t) >> logq] = v;
-        return;
-    }
-    const int mw = m >> 5;  // warps per segment: 2, 4 or 8
-    if (lane == 0) warp_part[t >> 5] = v;
-    __syncthreads();
-    if (lane == 0 && ((t >> 5) & (mw - 1)) == 0) {
-        T w[LP_WARPS];
-#pragma unroll
-        for (int j = 0; j < LP_WARPS; ++j) w[j] = warp_part[j];
-        const int w0 = t >> 5;
-#pragma unroll
-        for (int d = 1; d < LP_WARPS; d <<= 1) {
-            if (d < mw) {
-#pragma unroll
-                for (int j = 0; j + d < LP_WARPS; j += 2 * d) w[j] = Op::apply(w[j], w[j + d]);
-            }
-        }
-        // w[w0] after the levels above is the segment's (its mw warps are an aligned run)
-        T r = w[0];
-#pragma unroll
-        for (int j = 0; j < LP_WARPS; ++j)
-            if (j == w0) r = w[j];
-        out[(8 * t) >> logq] = r;
-    }
-    __syncthreads();  // warp_part may be written again by a next call
-}
-
 // One entry's code, as kernels/qsgd.py's _encode_one (float32 steps in its order).
 __device__ __forceinline__ u32 qsgd_code(float v, float norm, float s, u32 key, u32 index, u32 sign) {
     // Divide (not multiply by s / norm): s / norm overflows for denormal norms.
@@ -88,23 +24,6 @@ __device__ __forceinline__ u32 qsgd_code(float v, float norm, float s, u32 key, 
     float level = fl + (lp_uniform(key, index) < r - fl ? 1.0f : 0.0f);
     level = level < s ? level : s;
     return (u32)level | (v < 0.0f ? sign : 0u);
-}
-
-// Store the staged bytes stage[o - w0] for the packed bytes o in [lo, hi): whole aligned u32 words
-// where they lie inside, single bytes at the ends. (o + pk_align) % 4 == 0 where o is a word's
-// address; w0 is lo rounded down so. Called by every thread after the stage is written and synced.
-__device__ __forceinline__ void qsgd_store_stage(u8* __restrict__ packed, const u8* stage, i64 lo, i64 hi,
-                                                 i64 w0) {
-    for (i64 o = w0 + 4 * (i64)threadIdx.x; o < hi; o += 4 * LP_THREADS) {
-        const u8* s = stage + (o - w0);
-        if (o >= lo && o + 4 <= hi) {
-            *reinterpret_cast<u32*>(packed + o) =
-                (u32)s[0] | ((u32)s[1] << 8) | ((u32)s[2] << 16) | ((u32)s[3] << 24);
-        } else {
-            for (int j = 0; j < 4; ++j)
-                if (o + j >= lo && o + j < hi) packed[o + j] = s[j];
-        }
-    }
 }
 
 __device__ __forceinline__ i64 qsgd_word_start(i64 lo, int pk_align) { return lo - ((lo + pk_align) & 3); }
@@ -159,7 +78,7 @@ qsgd_encode_tiles(const float* __restrict__ x, long long n, long long bucket, in
                 }
                 a[j] = v;
             }
-            qsgd_segments<double, QsgdAdd>(a, logq, seg.sum);
+            lp_tile_segments<double, LpAdd>(a, logq, seg.sum);
         } else {
             u32 a[8];
 #pragma unroll
@@ -168,7 +87,7 @@ qsgd_encode_tiles(const float* __restrict__ x, long long n, long long bucket, in
                 const i64 e = (i64)(slot >> logq) * bucket + leaf;
                 a[j] = (leaf < bucket && e < len) ? lp_abs_bits(xs[e]) : 0u;
             }
-            qsgd_segments<u32, QsgdMax>(a, logq, seg.max);
+            lp_tile_segments<u32, LpMax>(a, logq, seg.max);
         }
         __syncthreads();
         for (int j = t; j < per; j += LP_THREADS) {
@@ -195,7 +114,7 @@ qsgd_encode_tiles(const float* __restrict__ x, long long n, long long bucket, in
                 for (int k = 0; k < bits; ++k) dst[k] = (u8)(word >> (8 * k));
             }
             __syncthreads();
-            qsgd_store_stage(packed, stage, lo, hi, w0);
+            lp_store_stage(packed, stage, lo, hi, w0);
         }
         __syncthreads();
     }
@@ -342,7 +261,7 @@ qsgd_encode_big(const float* __restrict__ x, long long n, long long bucket, int 
             for (int k = 0; k < bits; ++k) dst[k] = (u8)(word >> (8 * k));
         }
         __syncthreads();
-        qsgd_store_stage(packed, stage, lo, hi, w0);
+        lp_store_stage(packed, stage, lo, hi, w0);
         __syncthreads();
     }
 }
@@ -387,22 +306,7 @@ qsgd_decode(const float* __restrict__ norms, const u8* __restrict__ packed, long
                     v[j] = (code >= sign ? -level : level) * scale;
                 }
             }
-            if (count == 8 && out_al16) {
-                float4* o = reinterpret_cast<float4*>(out + e0);
-                float4 p = make_float4(v[0], v[1], v[2], v[3]);
-                float4 r = make_float4(v[4], v[5], v[6], v[7]);
-                if (add) {
-                    const float4 p0 = o[0], r0 = o[1];
-                    p = make_float4(p0.x + p.x, p0.y + p.y, p0.z + p.z, p0.w + p.w);
-                    r = make_float4(r0.x + r.x, r0.y + r.y, r0.z + r.z, r0.w + r.w);
-                }
-                o[0] = p;
-                o[1] = r;
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; ++j)
-                    if (j < count) out[e0 + j] = add ? out[e0 + j] + v[j] : v[j];
-            }
+            lp_store8(out + e0, v, count, add, out_al16);
         }
         __syncthreads();
     }

@@ -104,7 +104,7 @@ signs_scale(const double* __restrict__ partials, long long spans, long long n, i
         scale[0] = kind == SG_L1_MEAN ? (float)(sum / (double)n) : (float)(sqrt(sum) / sqrt((double)n));
 }
 
-// out[i] (+)= +scale where bit i is 1, -scale where 0; sixteen entries a thread (four float4).
+// out[i] (+)= +scale where bit i is 1, -scale where 0; sixteen entries a thread (four float4 where vec).
 extern "C" __global__ __launch_bounds__(LP_THREADS) void
 signs_decode(const float* __restrict__ scale, const u8* __restrict__ packed, long long n, int add, int vec,
              float* __restrict__ out) {
@@ -117,21 +117,7 @@ signs_decode(const float* __restrict__ scale, const u8* __restrict__ packed, lon
         float v[SG_PER_THREAD];
 #pragma unroll
         for (int t = 0; t < SG_PER_THREAD; ++t) v[t] = (bits >> t) & 1u ? plus : minus;
-        if (vec && count == SG_PER_THREAD) {
-            float4* o = reinterpret_cast<float4*>(out + i);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                float4 a = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-                if (add) {
-                    const float4 p = o[q];
-                    a = make_float4(p.x + a.x, p.y + a.y, p.z + a.z, p.w + a.w);
-                }
-                o[q] = a;
-            }
-        } else {
-#pragma unroll
-            for (int t = 0; t < SG_PER_THREAD; ++t)
-                if (t < count) out[i + t] = add ? out[i + t] + v[t] : v[t];
-        }
+        lp_store8(out + i, v, count < 8 ? count : 8, add, vec);
+        if (count > 8) lp_store8(out + i + 8, v + 8, count - 8, add, vec);
     }
 }
