@@ -25,19 +25,25 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = ("compile", "tests", "sanitizer", "world", "bench")
 
 
+def _pythonpath() -> str:
+    """The checkout first: the GPU machine runs it uninstalled (the benchmarks import compressors)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def _run(name: str, command: list[str], log, timeout: int, env: dict | None = None) -> dict:
     log.write(f"\n===== {name}: {' '.join(command)}\n")
     log.flush()
     start = time.time()
     try:
         result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+                                timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath(),
+                                                      **(env or {})})
         output, code = result.stdout, result.returncode
     except subprocess.TimeoutExpired as err:
         output, code = (err.stdout or b"").decode() if isinstance(err.stdout, bytes) else (err.stdout or ""), "timeout"
     log.write(output)
     log.flush()
-    tail = [line for line in output.strip().splitlines() if line.strip()][-1:] or [""]
+    tail = [line for line in output.strip().splitlines() if line.strip(" =-")][-1:] or [""]
     return {"step": name, "ok": code == 0, "exit": code, "seconds": round(time.time() - start, 1), "last_line": tail[0]}
 
 
