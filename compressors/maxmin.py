@@ -131,6 +131,8 @@ class MaxMin(Compressor):
 
     def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:
         # compressors/cuda/maxmin.cu; the bucket picks its kernels (see there).
+        from .cuda.launch import BUCKETS_MIN, CHUNK, GROUP_MAX, lanes
+
         n = flat.size
         nb = self._nbuckets(n)
         if nb == 0:
@@ -143,25 +145,25 @@ class MaxMin(Compressor):
         vec = np.int32(k.address(flat) % 16 == 0)
         aligned = np.int32(k.address(packed) % 8 == 0)
         bits, bucket = np.int32(self.bits), np.int64(self.bucket)
-        if self.bucket % 8 == 0 and (self.bucket <= _GROUP_BUCKET or nb >= _BUCKETS_MIN):  # fused: one read
-            if self.bucket <= _GROUP_BUCKET:
-                group = _lanes(self.bucket, 32)
+        if self.bucket % 8 == 0 and (self.bucket <= GROUP_MAX or nb >= BUCKETS_MIN):  # fused: one read
+            if self.bucket <= GROUP_MAX:
+                group = lanes(self.bucket, 32)
                 k("maxmin_fused_groups", k.grid(nb, 256 // int(group)), flat, np.int64(n), key, bits, bucket,
                   np.int64(nb), group, mins, maxs, packed, nbytes, vec, aligned)
             else:
                 k("maxmin_fused_buckets", k.grid(nb, 1), flat, np.int64(n), key, bits, bucket, np.int64(nb),
                   mins, maxs, packed, nbytes, vec, aligned)
             return
-        if self.bucket <= _GROUP_BUCKET:
-            group = _lanes(self.bucket, 8)
+        if self.bucket <= GROUP_MAX:
+            group = lanes(self.bucket, 8)
             k("maxmin_range_groups", k.grid(nb, 256 // int(group)), flat, np.int64(n), bucket, np.int64(nb), group,
               mins, maxs)
-        elif nb >= _BUCKETS_MIN:
+        elif nb >= BUCKETS_MIN:
             k("maxmin_range_buckets", k.grid(nb, 1), flat, np.int64(n), bucket, np.int64(nb), mins, maxs)
         else:  # few long buckets: chunks of them, combined by atomics into scratch
-            per_bucket = -(-min(self.bucket, n) // _CHUNK)  # a bucket past the end is n long
+            per_bucket = -(-min(self.bucket, n) // CHUNK)  # a bucket past the end is n long
             scratch = k.zeros(3 * nb, np.uint32)
-            k("maxmin_range_chunks", k.grid(nb * per_bucket, 1), flat, np.int64(n), bucket, np.int64(_CHUNK),
+            k("maxmin_range_chunks", k.grid(nb * per_bucket, 1), flat, np.int64(n), bucket, np.int64(CHUNK),
               np.int64(per_bucket), np.int64(nb * per_bucket), vec, scratch)
             k("maxmin_range_finish", k.grid(nb), scratch, np.int64(nb), mins, maxs)
         k("maxmin_pack", k.grid(-(-n // 8)), flat, np.int64(n), key, bits, bucket, mins, maxs, packed, nbytes,
@@ -177,14 +179,3 @@ class MaxMin(Compressor):
           k.section(body, 4 * nb, nb, np.float32), packed, np.int64(n), np.int32(self.bits), np.int64(self.bucket),
           np.int64(packed.size), np.int32(add), np.int32(k.address(out) % 16 == 0), out)
 
-
-# The CUDA encode's paths (compressors/cuda/maxmin.cu): buckets up to this long go G lanes to a
-# bucket; longer ones a block to a bucket where there are this many buckets, else in chunks.
-_GROUP_BUCKET = 1024
-_BUCKETS_MIN = 64
-_CHUNK = 8192
-
-
-def _lanes(bucket: int, per_lane: int) -> np.int32:
-    """Lanes of a warp per bucket (a power of two, at most 32) for about ``per_lane`` entries a lane."""
-    return np.int32(min(32, 1 << (-(-bucket // per_lane) - 1).bit_length()))

@@ -127,6 +127,8 @@ class _AbsmaxScaled(Compressor):
 
     def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream, absmax=None):
         # compressors/cuda/scaled8.cu; the bucket's length picks its kernels (see there).
+        from .cuda.launch import BUCKETS_MIN, CHUNK, GROUP_MAX, lanes
+
         n = flat.size
         nb = self._nblocks(n)
         if nb == 0:
@@ -138,17 +140,17 @@ class _AbsmaxScaled(Compressor):
         vec = np.int32(k.address(flat) % 16 == 0 and k.address(codes) % 4 == 0)
         kernel = f"scaled8_{self.name}_encode_"
         table = (_device_tables(k, self)[0],) if self.name == "dynamic8" else ()
-        if row <= _GROUP_ROW:
-            group = min(32, 1 << (-(-row // 8) - 1).bit_length())  # lanes per bucket: ~8 entries a lane
-            k(kernel + "groups", k.grid(nb, 256 // group), flat, np.int64(n), np.int64(row), np.int64(nb),
-              np.int32(group), floor, maxima, codes, vec, *table)
-        elif nb >= _BUCKETS_MIN:
+        if row <= GROUP_MAX:
+            group = lanes(row, 8)
+            k(kernel + "groups", k.grid(nb, 256 // int(group)), flat, np.int64(n), np.int64(row), np.int64(nb),
+              group, floor, maxima, codes, vec, *table)
+        elif nb >= BUCKETS_MIN:
             k(kernel + "buckets", k.grid(nb, 1), flat, np.int64(n), np.int64(row), np.int64(nb), floor, maxima, codes,
               vec, *table)
         else:  # few long buckets (block 0: one): chunks of each, their maxima first
-            per_bucket = -(-min(row, n) // _CHUNK)  # a block past the end is n long
+            per_bucket = -(-min(row, n) // CHUNK)  # a block past the end is n long
             scratch = k.zeros(nb, np.uint32)
-            args = (np.int64(n), np.int64(row), np.int64(_CHUNK), np.int64(per_bucket), np.int64(nb * per_bucket))
+            args = (np.int64(n), np.int64(row), np.int64(CHUNK), np.int64(per_bucket), np.int64(nb * per_bucket))
             blocks = k.grid(nb * per_bucket, 1)
             k("scaled8_chunk_max", blocks, flat, *args, vec, scratch)
             k(kernel + "chunks", blocks, flat, *args, scratch, floor, maxima, codes, vec, *table)
@@ -179,11 +181,6 @@ class _AbsmaxScaled(Compressor):
         return self._dequantize(torch.arange(256, dtype=torch.uint8)).numpy()
 
 
-# The CUDA encode's paths (compressors/cuda/scaled8.cu): buckets up to this long go G lanes to a
-# bucket; longer ones a block to a bucket where there are this many buckets, else in chunks.
-_GROUP_ROW = 1024
-_BUCKETS_MIN = 64
-_CHUNK = 8192
 # Per Kernels (one per device): per compressor name, its (bin table or None, decode values) there.
 _DEVICE_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

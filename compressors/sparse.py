@@ -158,7 +158,6 @@ class TopK(Compressor):
         k("sparse_topk_scatter", k.grid(count), values, idx, np.int64(count), out, np.int32(add))
 
 
-
 class Adaptive(Compressor):
     """Dryden et al. (2016) adaptive quantization.
 
@@ -375,7 +374,6 @@ class Adaptive(Compressor):
             k("sparse_fill", k.grid(out.size, 1024), out.view(np.uint32), np.int64(out.size), np.uint32(0))
         k("sparse_adaptive_scatter", k.grid(capacity), head, entries, np.int64(groups), np.int64(stride),
           np.int64(step), wide, out, np.int32(add))
-
 
 
 # compressors/cuda/sparse.cu's tile (SP_TILE), workspace words (SP_WS), warps per block.

@@ -40,7 +40,6 @@ class TernGrad(QSGD):
     examples = ({}, {"bucket": 7}, {"bucket": 512}, {"clip": 2.5}, {"clip": 1.0, "bucket": 64})
     bits = 2
     norm = "max"
-    cuda_program = "qsgd"  # QSGD's kernels (clipping, if any, runs first in torch)
 
     def _header_params(self, shape):
         return (self.bits, self.bucket, 0, self.clip)

@@ -18,7 +18,7 @@ import torch
 
 import compressors
 from compressors import COMPRESSORS, PayloadError, wire
-from tests.test_kernels import INPUTS, _canonical
+from tests.test_kernels import INPUTS, _canonical, _same_payload
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
@@ -51,14 +51,11 @@ def _check_same(got: torch.Tensor, expected: torch.Tensor, what: str) -> None:
 
 
 def _check_payload(got: torch.Tensor, expected: torch.Tensor, start: int, what: str) -> None:
-    x, y = got.cpu().numpy(), expected.numpy()
-    assert x.size == y.size and bytes(x[:start]) == bytes(y[:start]), f"{what}: header"
-    end = start + (x.size - start) // 4 * 4
-    wx, wy = x[start:end].view(np.uint32), y[start:end].view(np.uint32)
-    nan = lambda w: ((w & 0x7F800000) == 0x7F800000) & ((w & 0x007FFFFF) != 0)  # noqa: E731
-    differ = np.flatnonzero((wx != wy) & ~(nan(wx) & nan(wy)))
-    assert differ.size == 0 and bytes(x[end:]) == bytes(y[end:]), \
-        f"{what} (seed {SEED}): body words differ at byte offsets {(differ[:8] * 4).tolist()}"
+    """tests/test_kernels.py's payload comparison (bytes, NaN bits aside), the case and seed named."""
+    try:
+        _same_payload(got.cpu(), expected, start)
+    except AssertionError as error:
+        raise AssertionError(f"{what} (seed {SEED}): {error}") from None
 
 
 @pytest.mark.parametrize("name, params", CASES)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from compressors.cuda import build
+from compressors.pairwise import pairwise_sum
 from tests import cuda_host
 
 if cuda_host.available():
@@ -44,12 +46,7 @@ extern "C" __global__ void features(u32* out, u32* shared_seen) {
 
 
 def _pairwise(x: np.ndarray) -> float:
-    x = x.astype(np.float64)
-    size = 1 << max(0, (x.size - 1).bit_length())
-    x = np.concatenate([x, np.zeros(size - x.size)])
-    while x.size > 1:
-        x = x[0::2] + x[1::2]
-    return float(x[0])
+    return float(pairwise_sum(torch.from_numpy(x.astype(np.float64)).view(1, -1))[0])
 
 
 @pytest.fixture(scope="module")

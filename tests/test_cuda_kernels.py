@@ -16,7 +16,7 @@ import torch
 import compressors
 from compressors import COMPRESSORS, PayloadError, wire
 from tests import cuda_host
-from tests.test_kernels import INPUTS, _canonical
+from tests.test_kernels import INPUTS, _canonical, _same_payload
 
 pytest.importorskip("numba")
 if cuda_host.available():
@@ -76,16 +76,11 @@ def _same_bits(got: np.ndarray, expected: np.ndarray, what: str) -> None:
 
 
 def _same_body(got: np.ndarray, expected: np.ndarray, start: int, what: str) -> None:
-    """Byte-identical but for the bits of NaNs in aligned float32 words (as tests/test_kernels.py)."""
-    assert got.size == expected.size
-    end = start + (got.size - start) // 4 * 4
-    wx, wy = got[start:end].view(np.uint32), expected[start:end].view(np.uint32)
-    nan = lambda w: ((w & 0x7F800000) == 0x7F800000) & ((w & 0x007FFFFF) != 0)  # noqa: E731
-    differ = np.flatnonzero((wx != wy) & ~(nan(wx) & nan(wy)))
-    tail = np.flatnonzero(got[end:] != expected[end:])
-    assert differ.size == 0 and tail.size == 0, (
-        f"{what}: body words differ at byte offsets {(differ[:8] * 4).tolist()} of {got.size - start}"
-        + (f", tail bytes at {tail.tolist()}" if tail.size else ""))
+    """tests/test_kernels.py's payload comparison (bytes, NaN bits aside), the case named."""
+    try:
+        _same_payload(torch.from_numpy(got), torch.from_numpy(expected), start)
+    except AssertionError as error:
+        raise AssertionError(f"{what}: {error}") from None
 
 
 @pytest.mark.parametrize("name, params", CASES)

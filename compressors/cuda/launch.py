@@ -5,13 +5,14 @@ on disk) and returns a ``Kernels``: the compressors' ``_encode_cuda``/``_decode_
 with arrays (CuPy views of torch's tensors through DLPack: no copy) and NumPy scalars whose types
 are the kernel's C parameters' (np.int64 for ``long long``, np.uint32 for ``unsigned int``,
 np.float32 for ``float``, np.int32 for ``int``). Every launch has ``LP_THREADS`` threads per block
-and runs on torch's current stream, so it is ordered with the training step's own work.
+and runs on torch's current stream (``Kernels.on_stream``, which ``base.Compressor`` enters around
+the glue), so it is ordered with the training step's own work.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
+from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
@@ -21,14 +22,20 @@ from . import build
 THREADS = 256  # common.cuh's LP_THREADS
 # Grid-stride kernels get at most this many blocks per multiprocessor: enough to hide latency.
 _BLOCKS_PER_SM = 8
+# Where a bucketed method's encode picks its path (scaled8, maxmin): buckets of up to GROUP_MAX
+# entries share a warp (``lanes`` lanes each); longer ones get a block each where there are at least
+# BUCKETS_MIN of them, else chunks of CHUNK entries whose statistics atomics combine.
+GROUP_MAX = 1024
+BUCKETS_MIN = 64
+CHUNK = 8192
 
 
-@functools.cache
-def cupy_installed() -> bool:
-    return importlib.util.find_spec("cupy") is not None
+def lanes(bucket: int, per_lane: int) -> np.int32:
+    """Lanes of a warp per bucket (a power of two, at most 32) for about ``per_lane`` entries a lane."""
+    return np.int32(min(32, 1 << (-(-bucket // per_lane) - 1).bit_length()))
 
 
-class Kernels:
+class Kernels(ABC):
     """One method's kernels and the array module they run on (CuPy here; NumPy under the host
     emulator in the tests). Kernels must give the same result for any grid ``grid`` returns."""
 
@@ -39,7 +46,8 @@ class Kernels:
         self.max_blocks = max_blocks
 
     def __call__(self, kernel: str, blocks: int, *args: Any) -> None:
-        """Launch ``kernel`` on ``blocks`` blocks of THREADS threads (nothing for 0 blocks)."""
+        """Launch ``kernel`` on ``blocks`` blocks of THREADS threads (nothing for 0 blocks), inside
+        ``on_stream``."""
         if blocks > 0:
             self._launch(kernel, int(blocks), args)
 
@@ -65,9 +73,9 @@ class Kernels:
             raw = raw.copy()
         return raw.view(dtype)
 
+    @abstractmethod
     def address(self, array: Any) -> int:
         """The array's first byte's address (kernels pick 16-byte paths by it)."""
-        raise NotImplementedError
 
     def upload(self, host: np.ndarray) -> Any:
         """A constant host array on the device, complete on return (cached tables: a later launch
@@ -79,12 +87,13 @@ class Kernels:
         copies ``section`` makes, tables, ``int(a[0])`` reads) runs where the launches do."""
         return contextlib.nullcontext()
 
+    @abstractmethod
     def as_array(self, tensor: Any) -> Any:
         """An array of ``xp`` over a tensor's own memory."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _launch(self, kernel: str, blocks: int, args: tuple[Any, ...]) -> None:
-        raise NotImplementedError
+        """Run ``kernel`` on ``blocks`` blocks with ``args``."""
 
 
 class CupyKernels(Kernels):
@@ -126,12 +135,8 @@ class CupyKernels(Kernels):
                 yield
 
     def _launch(self, kernel, blocks, args):
-        import cupy
-        import torch
-
-        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(self._device.id).cuda_stream, self._device.id)
-        with self._device:
-            self._functions[kernel]((blocks,), (THREADS,), args, stream=stream)
+        # On CuPy's current device and stream, which on_stream made this device's and torch's.
+        self._functions[kernel]((blocks,), (THREADS,), args)
 
     def as_array(self, tensor: Any) -> Any:
         """A CuPy view of a CUDA tensor (DLPack: the same memory)."""
