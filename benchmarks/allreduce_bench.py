@@ -8,7 +8,7 @@ warm-up, then ``--repeats`` timed averagings, each after a barrier; the time
 of a repeat is the slowest rank's, and the table reports the median over
 repeats, the speedup over fp32 ``allreduce`` at the same side,
 ``bytes_sent`` (what one rank sends, from ``StepStats``), the
-``compression_ratio`` (``compressors.accounting``: fp32 ring all_reduce
+``compression_ratio`` (``compressors.comm.accounting``: fp32 ring all_reduce
 bytes / bytes sent) and the encode/communicate/decode split (mean over ranks,
 median over repeats).
 
@@ -33,9 +33,9 @@ import torch
 import torch.distributed as dist
 
 import compressors
-from compressors import accounting
-from orchestrator import env_info
-from orchestrator.labels import config_label
+from compressors.comm import accounting
+from orchestrator.study import env_info
+from orchestrator.study.labels import config_label
 
 from .ranks import run_ranks
 

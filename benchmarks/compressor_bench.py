@@ -19,8 +19,8 @@ one thread); CUDA runs with CUDA events after a ``synchronize``.
 
 Prints a table (configuration, impl, n, encode / decode / decode-add GB/s and
 their ratios to reference, payload bytes, ``payload_ratio`` = 4 n / payload
-bytes, see ``compressors.accounting``) and, with ``--json PATH``, saves it with
-the machine's description (``orchestrator.env_info.describe``: CPU model, torch
+bytes, see ``compressors.comm.accounting``) and, with ``--json PATH``, saves it with
+the machine's description (``orchestrator.study.env_info.describe``: CPU model, torch
 version, GPUs, date) and the thread count.
 """
 from __future__ import annotations
@@ -37,9 +37,9 @@ from typing import Any
 import torch
 
 import compressors
-from compressors import accounting
-from orchestrator import env_info
-from orchestrator.labels import config_label
+from compressors.comm import accounting
+from orchestrator.study import env_info
+from orchestrator.study.labels import config_label
 
 QSGD_BITS = (2, 4, 8)
 

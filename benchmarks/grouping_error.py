@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 import compressors
 import workloads
-from orchestrator import env_info
+from orchestrator.study import env_info
 
 METHODS = (("onebit", {}), ("adaptive", {"pi": 0.01}))
 GROUPINGS = ("column", "row")

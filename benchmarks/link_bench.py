@@ -9,7 +9,7 @@ size:
 - ``all_reduce`` of fp32 (gloo's ring, which moves small segments: the reference);
 - ``all_to_all_single`` and ``all_gather`` of uint8: ``collective`` (one gloo
   call), ``pieces16`` (the same bytes as 16 async collectives issued back to
-  back) and ``exchange`` (``compressors.exchange``: point-to-point, every
+  back) and ``exchange`` (``compressors.comm.exchange``: point-to-point, every
   receive posted first; what the compressed collectives use on gloo above
   ``MIN_EXCHANGE_BYTES``);
 - the programs themselves with the ``fp32`` codec (a payload of the size):
@@ -55,8 +55,8 @@ import torch
 import torch.distributed as dist
 
 import compressors
-from compressors import collectives, exchange, pipeline
-from orchestrator import env_info
+from compressors.comm import collectives, exchange, pipeline
+from orchestrator.study import env_info
 
 MB = 2**20
 PIECES = 16  # the piece count that reached the link rate in the first measurements (16 async collectives)

@@ -9,7 +9,7 @@ configuration:
 
 A step is timed from the forward to the end of the optimizer step, after a
 barrier; its time is the slowest rank's. ``compute`` and ``exposed comm`` come
-from ``compressors.step_clock`` (median over steps, max over ranks). The table
+from ``compressors.ddp.step_clock`` (median over steps, max over ranks). The table
 gives medians and the ratio of each configuration's step time to ``fp32 plain``
 in the same run. Configurations are measured in rounds (``--rounds``), each
 round running every configuration once in turn, so that drift of a noisy
@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from compressors import ddp
-from compressors.step_clock import StepClock
-from orchestrator import env_info
+from compressors.ddp.step_clock import StepClock
+from orchestrator.study import env_info
 
 from .ranks import run_ranks
 

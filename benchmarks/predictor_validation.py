@@ -3,7 +3,7 @@
 The grid (``sweeps/predictor_grid.yaml``: 2 and 4 hosts x 100 Mbit/s and 1 Gbit/s x six methods x
 overlap on/off) is predicted from the one-worker trials of another folder
 (``sweeps/predictor_inputs.yaml``, same model, same emulated cluster) and each grid trial's
-calibrated link, never from the grid's own runs (``orchestrator.predict.trial_predictions``).
+calibrated link, never from the grid's own runs (``orchestrator.predict.predictor.trial_predictions``).
 Per cell: measured and predicted median step time, the relative error, and the speedup against
 fp32 of the same workers, bandwidth and overlap, measured and predicted (its sign: faster or not).
 With the hosts sharing this machine's cores as the model guesses (``emulated_compute_scale``), as if
@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from orchestrator import env_info, predict
+from orchestrator.study import env_info
+from orchestrator.predict import predictor
 
 
 PHASES = ("compute_s", "encode_s", "comm_s", "decode_s")
@@ -44,7 +45,7 @@ def finite_median(values: Iterable[float]) -> float:
     return statistics.median(finite) if finite else math.nan
 
 
-def cells(runs: list[tuple[predict.Trials, dict[str, dict[str, float]]]]) -> list[dict[str, Any]]:
+def cells(runs: list[tuple[predictor.Trials, dict[str, dict[str, float]]]]) -> list[dict[str, Any]]:
     """One row per predicted grid cell, with its speedup against the fp32 cell of its group. ``runs``:
     each run of the grid with its predictions (each from that run's calibrated links); a cell run more
     than once is scored by its medians (measured and predicted step time, each phase, the steal)."""
@@ -55,7 +56,7 @@ def cells(runs: list[tuple[predict.Trials, dict[str, dict[str, float]]]]) -> lis
             if record["trial_id"] not in predicted:
                 continue
             guess = predicted[record["trial_id"]]
-            cell = (predict.config_name(s), s["num_workers"], s["bandwidth"], bool(s["overlap"]))
+            cell = (predictor.config_name(s), s["num_workers"], s["bandwidth"], bool(s["overlap"]))
             repeats.setdefault(cell, []).append({
                 "measured_s": float(row["step_time_s"]), "predicted_s": guess["predicted_step_time_s"],
                 # per phase, measured / predicted; the phases add up without overlap
@@ -85,12 +86,12 @@ def cells(runs: list[tuple[predict.Trials, dict[str, dict[str, float]]]]) -> lis
     return sorted(rows, key=lambda c: (c["num_workers"], c["bandwidth"], not c["overlap"], c["configuration"]))
 
 
-def device_scale(algorithm: str, k: int, factors: dict[str, float], world: bool) -> predict.DeviceScale:
+def device_scale(algorithm: str, k: int, factors: dict[str, float], world: bool) -> predictor.DeviceScale:
     """A configuration's device scale at ``k`` workers from its factors per phase (time at k over time
     alone; NaN: a phase it does not have, 1x). An allreduce hook's encode and decode are its one-worker
-    exposed time (``predict.plan``): they scale as it does, or, where the k formed one world (that time
+    exposed time (``predictor.plan``): they scale as it does, or, where the k formed one world (that time
     then holds the collective), as its compute does. In one world an sra encodes its server chunk, a 1/k
-    part, where alone it encoded the whole: the encode factor is divided by what ``predict.plan`` already
+    part, where alone it encoded the whole: the encode factor is divided by what ``predictor.plan`` already
     takes for that, (1 + 1/k) / 2."""
     if algorithm == "allreduce":
         codec = (factors["compute_s" if world else "exposed_comm_s"],) * 2
@@ -98,11 +99,11 @@ def device_scale(algorithm: str, k: int, factors: dict[str, float], world: bool)
         codec = (factors["encode_s"] / ((1 + 1 / k) / 2), factors["decode_s"])
     else:
         codec = (factors["encode_s"], factors["decode_s"])
-    return predict.DeviceScale(*(f if math.isfinite(f) else 1.0 for f in (factors["compute_s"], *codec)))
+    return predictor.DeviceScale(*(f if math.isfinite(f) else 1.0 for f in (factors["compute_s"], *codec)))
 
 
-def measured_scales(contention: dict[str, Any], configs: list[predict.Config],
-                    ) -> dict[tuple[tuple[str, str], int], predict.DeviceScale]:
+def measured_scales(contention: dict[str, Any], configs: list[predictor.Config],
+                    ) -> dict[tuple[tuple[str, str], int], predictor.DeviceScale]:
     """``host_contention``'s factors as device scales (``device_scale``) by (configuration key, workers), for
     the configurations of ``configs`` it measured; ``--world``: the processes formed one world."""
     algorithm = {c.key: c.settings["algorithm"] for c in configs}
@@ -115,12 +116,12 @@ def measured_scales(contention: dict[str, Any], configs: list[predict.Config],
 class Sharing(NamedTuple):
     """What hosts sharing this machine cost (``sharing_inputs``): by (configuration key, workers), and the
     busy time by (configuration key, workers, overlap)."""
-    scales: dict[tuple[tuple[str, str], int], predict.DeviceScale]
+    scales: dict[tuple[tuple[str, str], int], predictor.DeviceScale]
     latency: dict[tuple[tuple[str, str], int], float]  # s per message under that load
     busy: dict[tuple[tuple[str, str], int, bool], float]  # the machine's busy time per step, s, by overlap too
 
 
-def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials, reduce: float | None = None) -> Sharing:
+def sharing_inputs(sharing: predictor.Trials, inputs: predictor.Trials, reduce: float | None = None) -> Sharing:
     """What hosts sharing this machine cost, from trials of the grid's configurations at its worker counts,
     with overlap and without, over links the machine, not tbf, limits (``sweeps/predictor_sharing.yaml``), each
     figure the median over repeated trials of a (configuration key, workers): each phase's time there over
@@ -132,17 +133,17 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials, reduce: floa
     (all these from the trials without overlap, whose phases add up); and, with overlap and without,
     the machine's busy time per step (its step time x the share of CPU time not idle, where the trial
     recorded ``cpu_idle_share``): the hosts' CPU work per step, which no slower link shortens. ``reduce``:
-    the reduction throughput (``predict.reduce_bps``), measured here if not given."""
-    configs = {c.key: c for c in predict.configurations(inputs)[0]}
+    the reduction throughput (``predictor.reduce_bps``), measured here if not given."""
+    configs = {c.key: c for c in predictor.configurations(inputs)[0]}
     every = [(r, row) for r, row in sharing if r["settings"]["num_workers"] > 1
-             and predict.step_key(r["settings"]) in configs]
+             and predictor.step_key(r["settings"]) in configs]
     # overlapped, a trial's phases run at once and its communication hides behind them
     serial = [(r, row) for r, row in every if not r["settings"]["overlap"]]
     # once, so that every prediction below, and the bisection's, takes the same figure
-    reduce = predict.reduce_bps() if reduce is None else reduce
+    reduce = predictor.reduce_bps() if reduce is None else reduce
 
     def at(record: dict[str, Any]) -> tuple[tuple[str, str], int]:
-        return predict.step_key(record["settings"]), record["settings"]["num_workers"]
+        return predictor.step_key(record["settings"]), record["settings"]["num_workers"]
 
     def medians(figures: dict[Any, list[float]]) -> dict[Any, float]:
         return {key: statistics.median(values) for key, values in figures.items()}
@@ -155,7 +156,7 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials, reduce: floa
                 float(row["step_time_s"]) * (1 - idle))
     factors: dict[tuple[tuple[str, str], int], list[dict[str, float]]] = {}
     for record, row in serial:
-        config = configs[predict.step_key(record["settings"])]
+        config = configs[predictor.step_key(record["settings"])]
         alone = {"compute_s": config.compute_s, "encode_s": config.encode_s, "decode_s": config.decode_s}
         factors.setdefault(at(record), []).append(
             {phase: float(row[phase]) / t if t > 0 else math.nan for phase, t in alone.items()})
@@ -173,7 +174,7 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials, reduce: floa
     plain: dict[tuple[tuple[str, str], int], list[float]] = {}
     for record, row in serial:
         # one trial at a time: repeated runs of a sweep give their trials the same ids, each its own link
-        guess = predict.trial_predictions([(record, row)], inputs, scales=scales, latency=zero,
+        guess = predictor.trial_predictions([(record, row)], inputs, scales=scales, latency=zero,
                                           profiles=profiles, reduce=reduce).get(record["trial_id"])
         if guess is None or not guess["messages"]:
             continue
@@ -181,7 +182,7 @@ def sharing_inputs(sharing: predict.Trials, inputs: predict.Trials, reduce: floa
             measured.setdefault(at(record)[1], []).append((float(row["comm_s"]) - guess["comm_s"]) / guess["messages"])
         else:
             def step_at(alpha: float, trial: tuple = (record, row)) -> float:
-                return predict.trial_predictions([trial], inputs, scales=scales, latency={at(trial[0]): alpha},
+                return predictor.trial_predictions([trial], inputs, scales=scales, latency={at(trial[0]): alpha},
                                                  profiles=profiles, reduce=reduce)[trial[0]["trial_id"]][
                                                      "predicted_step_time_s"]
             plain.setdefault(at(record), []).append(_solve(step_at, float(row["step_time_s"])))
@@ -218,24 +219,24 @@ def main(argv: list[str] | None = None) -> None:
                         help="results folders of sweeps/predictor_sharing.yaml: sharing measured in trials")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
-    grids = [(predict.read_trials(folder), json.loads((folder / "environment.json").read_text())["cpu_count"])
+    grids = [(predictor.read_trials(folder), json.loads((folder / "environment.json").read_text())["cpu_count"])
              for folder in args.grid]
-    inputs = [t for folder in args.inputs for t in predict.read_trials(folder)]
+    inputs = [t for folder in args.inputs for t in predictor.read_trials(folder)]
 
-    reduce = predict.reduce_bps()  # one figure for every prediction of this run
+    reduce = predictor.reduce_bps()  # one figure for every prediction of this run
 
     def scored(**model: Any) -> list[dict[str, Any]]:
-        return cells([(grid, predict.trial_predictions(grid, inputs, reduce=reduce, **model)) for grid, _ in grids])
+        return cells([(grid, predictor.trial_predictions(grid, inputs, reduce=reduce, **model)) for grid, _ in grids])
 
-    runs = {"shared cores": cells([(grid, predict.trial_predictions(grid, inputs, cpu_count=cpu_count, reduce=reduce))
+    runs = {"shared cores": cells([(grid, predictor.trial_predictions(grid, inputs, cpu_count=cpu_count, reduce=reduce))
                                    for grid, cpu_count in grids]),
             "own cores": scored()}
     if args.contention:
-        scales = measured_scales(json.loads(args.contention.read_text()), predict.configurations(inputs)[0])
+        scales = measured_scales(json.loads(args.contention.read_text()), predictor.configurations(inputs)[0])
         runs["measured sharing"] = scored(scales=scales)
     sharing_figures = None
     if args.sharing:
-        scales, latency, busy = sharing_inputs([t for folder in args.sharing for t in predict.read_trials(folder)],
+        scales, latency, busy = sharing_inputs([t for folder in args.sharing for t in predictor.read_trials(folder)],
                                                inputs, reduce)
         sharing_figures = {"latency_s": [{"key": list(key), "num_workers": k, "latency_s": a}
                                          for (key, k), a in latency.items()],

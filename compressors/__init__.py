@@ -1,30 +1,29 @@
 """Gradient compressors, error feedback, compressed collectives and DDP hooks.
 
 Knows nothing of Ray, YAML or workloads: torch tensors (CPU or CUDA) in,
-payloads (flat uint8 tensors) out.
+payloads (flat uint8 tensors) out. By role:
 
-Importing the package imports every module in it, so that every compressor
-class has registered itself (see ``registry``) before anything is used:
-adding a compressor is adding one module that defines a ``Compressor``
-subclass with ``name``, ``wire_id``, ``params`` and ``examples``; no list of
-modules or names needs editing.
+- ``core``: what every codec shares: the interface (``base``), the registry,
+  the wire format, parameter declarations and numeric helpers;
+- ``codecs``: one module per method or family; importing the package
+  registers every codec in it, so adding a method is adding one module there;
+- ``kernels`` (Numba, CPU) and ``cuda`` (CUDA C through CuPy): the codecs'
+  fast implementations;
+- ``comm``: the ``Reducer``, the compressed collectives, error feedback and
+  the accounting of bytes and time;
+- ``ddp``: PyTorch DDP communication hooks over ``comm``.
 """
-import importlib as _importlib
-import pkgutil as _pkgutil
-
-for _info in _pkgutil.iter_modules(__path__):
-    _importlib.import_module(f"{__name__}.{_info.name}")
-del _info
-
-from . import ddp, registry  # noqa: E402
-from .base import IMPLS, Compressor  # noqa: E402
-from .feedback import ErrorFeedback  # noqa: E402
-from .reducer import Reducer  # noqa: E402
-from .registry import (  # noqa: E402
-    ALGORITHMS, COMPRESSORS, algorithms, check_params, default_algorithm, get, has_cuda, has_numba, params_of,
+from . import codecs  # noqa: F401  (registers every codec)
+from . import ddp
+from .core import registry
+from .core.base import IMPLS, Compressor, get
+from .comm.feedback import ErrorFeedback
+from .comm.reducer import Reducer
+from .core.registry import (
+    ALGORITHMS, COMPRESSORS, algorithms, check_params, default_algorithm, has_cuda, has_numba, params_of,
 )
-from .stats import StepStats  # noqa: E402
-from .wire import PayloadError  # noqa: E402
+from .comm.stats import StepStats
+from .core.wire import PayloadError
 
 # Every method: the codecs in wire id order, then the hook-only ones (powersgd).
 NAMES: tuple[str, ...] = registry.names()

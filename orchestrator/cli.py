@@ -11,13 +11,13 @@
                     [--compute_scale X]
                                    each configuration's step time and speedups on another
                                    cluster, from the folder's one-worker trials (performance
-                                   model: orchestrator.perfmodel); writes RESULTS/predictions.csv
+                                   model: orchestrator.predict.perfmodel); writes RESULTS/predictions.csv
     advise RESULTS ... (as predict)
                                    the configuration that pays most there, and why, or none
     cluster up --hosts N --bandwidth RATE [--prefix P] [--subnet S] [--no_ray]
                                    an emulated cluster on this machine (root): N network
                                    namespaces with links shaped to RATE (100mbit, 1gbit),
-                                   calibrated, one Ray node each (orchestrator.emulation)
+                                   calibrated, one Ray node each (orchestrator.cluster.emulation)
     cluster shape RATE [--calibrate]   re-shape every link while Ray runs
     cluster exec I CMD...          run CMD in emulated host I (0: where drivers run)
     cluster status | cluster down  its links, calibrations, processes | end it all by PID
@@ -43,7 +43,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, Sweep, load_sweep
+from .study.sweep_file import ConfigError, Sweep, load_sweep
 
 _DRIVER_GRACE_S = 60.0  # an interrupted driver's time to write its records and tables
 
@@ -88,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
                               "the one-worker trials (2: half as fast; default 1)")
     cluster = commands.add_parser("cluster", help="an emulated cluster on this machine (root)")
     actions = cluster.add_subparsers(dest="action", required=True)
-    from .emulation import DEFAULT_PREFIX, DEFAULT_SUBNET
+    from .cluster.emulation import DEFAULT_PREFIX, DEFAULT_SUBNET
 
     def with_prefix(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sub.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"names the namespaces (default {DEFAULT_PREFIX})")
@@ -112,10 +112,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from compressors.params import RATE, Param
+    from compressors.core.params import RATE, Param
 
-    from . import emulation
-    from .netns import NetworkError
+    from .cluster import emulation
+    from .cluster.netns import NetworkError
 
     rate = Param("bandwidth", None, RATE)
     try:
@@ -163,10 +163,10 @@ def _cluster(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from compressors.params import rate_bps
+    from compressors.core.params import rate_bps
 
-    from . import predict
-    from .settings import param
+    from .predict import predictor
+    from .study.settings import param
 
     problem = param("bandwidth").problem(args.bandwidth)
     if problem:
@@ -179,7 +179,7 @@ def _predict(args: argparse.Namespace) -> int:
         print(f"error: --compute_scale must be a number in (0, inf), got {args.compute_scale}", file=sys.stderr)
         return 2
     try:
-        latency = predict.latency_s(args.latency)
+        latency = predictor.latency_s(args.latency)
     except ValueError as error:
         print(f"error: --{error}", file=sys.stderr)
         return 2
@@ -187,20 +187,20 @@ def _predict(args: argparse.Namespace) -> int:
         print(f"error: {args.results} has no trials.csv (a results folder of `lowprec run`)", file=sys.stderr)
         return 2
     try:
-        table, notes = predict.predict(args.results, rate_bps(args.bandwidth), args.num_workers, latency,
+        table, notes = predictor.predict(args.results, rate_bps(args.bandwidth), args.num_workers, latency,
                                        overlap=args.overlap == "true", compute_scale=args.compute_scale)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(f"{args.num_workers} workers, {args.bandwidth} links, {args.latency} latency, overlap {args.overlap}, "
-          f"compute x{args.compute_scale:g} (orchestrator.perfmodel)")
+          f"compute x{args.compute_scale:g} (orchestrator.predict.perfmodel)")
     shown = table[["configuration", "predicted_step_time_s", "comm_s", "speedup_vs_fp32", "speedup_vs_16bit",
                    "tta_speedup_vs_fp32", "break_even_bps"]]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     for note in notes:
         print(f"not predicted: {note}")
     if args.command == "advise":
-        print(predict.advice(table))
+        print(predictor.advice(table))
     else:
         path = args.results / "predictions.csv"
         table.to_csv(path, index=False)
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("predict", "advise"):
         return _predict(args)
     if args.command == "export":
-        from .export import export
+        from .results.export import export
 
         if not (args.results / "trials").is_dir():
             print(f"error: {args.results} has no trials/ folder of trial records", file=sys.stderr)
@@ -236,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         print(format_trials(sweep.trials))
         return 0
 
-    from . import emulation
-    from .netns import NetworkError
+    from .cluster import emulation
+    from .cluster.netns import NetworkError
 
     results = (args.results or Path("results") / sweep.name).resolve()
     inside = emulation.current()
@@ -266,14 +266,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {problem}", file=sys.stderr)
             return 2
 
-    from .sweep import ResultsExist, run_sweep
+    from .results.export import export, export_or_warn
+    from .study.runner import ResultsExist, run_sweep
 
     try:
         results, unfinished = run_sweep(sweep, results, address=args.address, resume=args.resume,
-                                        max_concurrent_trials=args.max_concurrent_trials, emulation=inside)
+                                        max_concurrent_trials=args.max_concurrent_trials, emulation=inside,
+                                        refresh=export)
     except ResultsExist as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    export_or_warn(results)
     _print_outcome(results)
     return 1 if unfinished else 0
 
@@ -291,7 +294,7 @@ def _emulation_problem(sweep: Sweep, cluster: Any, max_concurrent_trials: int | 
 def _run_emulated(args: argparse.Namespace, sweep: Sweep, results: Path) -> int:
     """Bring up the sweep's own emulated cluster, run the driver in it, bring it down (also on Ctrl-C or
     when the driver fails; one left by a crash of this process is removed by the next sweep's ``up``)."""
-    from . import emulation
+    from .cluster import emulation
 
     emulate = sweep.cluster["emulate"]
     first = emulate["bandwidth"] or sweep.trials[0]["bandwidth"]

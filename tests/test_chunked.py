@@ -1,4 +1,4 @@
-"""Large gloo all_to_all / all_gather as point-to-point exchanges (``compressors.exchange``): the same bytes in
+"""Large gloo all_to_all / all_gather as point-to-point exchanges (``compressors.comm.exchange``): the same bytes in
 the same places as the collectives, bit for bit.
 
 Each world size is spawned once; the rank function runs every check and hands raw results back. Three modes
@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 
 import compressors as C
-from compressors import collectives, exchange, pipeline
-from compressors.feedback import ErrorFeedback
+from compressors.comm import collectives, exchange, pipeline
+from compressors.comm.feedback import ErrorFeedback
 
 from .distributed import run_ranks
 

@@ -6,7 +6,7 @@ without hiding the others, and hands its raw results (outputs, bytes, errors)
 back to the parent, where the tests assert.  The expected values (means,
 error bounds, bytes on the wire) are computed here, independently of the
 code under test: bytes from the documented formulas of
-``compressors/accounting.py`` with only ``payload_nbytes`` and
+``compressors/comm/accounting.py`` with only ``payload_nbytes`` and
 ``collectives.split`` taken from the code.
 """
 from __future__ import annotations
@@ -24,7 +24,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import compressors as C
-from compressors import collectives, ddp
+from compressors.comm import collectives
+from compressors import ddp
 
 from .distributed import run_ranks
 

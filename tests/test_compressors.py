@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import compressors as C
-from compressors import dynamic_tree, registry, rng
-from compressors.params import Param
+from compressors.core import dynamic_tree, registry, rng
+from compressors.core.params import Param
 
 ALL = list(C.COMPRESSORS)
 SPARSE = ("adaptive", "topk")
@@ -1015,7 +1015,7 @@ def _define(name: str, wire_id, **attrs):
 
 def test_registering_a_taken_name_or_wire_id_fails_clearly():
     before = dict(C.COMPRESSORS)
-    with pytest.raises(registry.RegistrationError, match="name 'qsgd' is already registered by compressors.qsgd.QSGD"):
+    with pytest.raises(registry.RegistrationError, match="name 'qsgd' is already registered by compressors.codecs.qsgd.QSGD"):
         _define("qsgd", registry.unused_wire_id())
     with pytest.raises(registry.RegistrationError,
                        match=rf"wire_id 6 is already used by 'qsgd'.*the lowest is {registry.unused_wire_id()}"):
@@ -1045,7 +1045,9 @@ def test_the_package_imports_every_module_so_every_compressor_registers():
     import pkgutil
     import sys
 
-    modules = [sys.modules[f"compressors.{info.name}"] for info in pkgutil.iter_modules(C.__path__)]
+    import compressors.codecs
+
+    modules = [sys.modules[f"compressors.codecs.{info.name}"] for info in pkgutil.iter_modules(compressors.codecs.__path__)]
     defined = {obj for module in modules for obj in vars(module).values()
                if isinstance(obj, type) and issubclass(obj, C.Compressor) and "name" in obj.__dict__}
     assert defined == set(C.COMPRESSORS.values())
@@ -1070,7 +1072,7 @@ PIECEWISE_CASES = [
 @pytest.mark.parametrize("name,params,shape", PIECEWISE_CASES)
 @pytest.mark.parametrize("piece", [1, 8, 64, 1000])
 def test_piecewise_processing_gives_the_same_bytes_as_one_piece(monkeypatch, name, params, shape, piece):
-    from compressors import chunks
+    from compressors.core import chunks
 
     x = torch.randn(shape, generator=torch.Generator().manual_seed(5)) * 3
     x.view(-1)[::97] = 0.0

@@ -1,4 +1,4 @@
-"""Tests of orchestrator.config and the `validate` command: sweep files, grid expansion, errors (no Ray)."""
+"""Tests of orchestrator.study.sweep_file and the `validate` command: sweep files, grid expansion, errors (no Ray)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.config import ConfigError, load_sweep, settings_of, trial_id_of
+from orchestrator.study.sweep_file import ConfigError, load_sweep, settings_of, trial_id_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "sweeps").glob("*.yaml"))
@@ -152,7 +152,7 @@ def test_trial_names_are_readable_and_ids_stable(tmp_path):
 
 
 def test_trials_carry_every_training_setting(tmp_path):
-    from orchestrator import settings
+    from orchestrator.study import settings
 
     (trial,) = load_sweep(write(tmp_path, HEADER + "baselines: false\n")).trials
     assert list(settings_of(trial)) == list(settings.TRIAL_KEYS)

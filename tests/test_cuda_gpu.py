@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import compressors
-from compressors import COMPRESSORS, PayloadError, wire
+from compressors import COMPRESSORS, PayloadError
+from compressors.core import wire
 from tests.test_kernels import INPUTS, _canonical, _same_payload
 
 pytestmark = pytest.mark.gpu

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from compressors.cuda import build
-from compressors.pairwise import pairwise_sum
+from compressors.core.pairwise import pairwise_sum
 from tests import cuda_host
 
 if cuda_host.available():

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import compressors
-from compressors import COMPRESSORS, PayloadError, wire
+from compressors import COMPRESSORS, PayloadError
+from compressors.core import wire
 from tests import cuda_host
 from tests.test_kernels import INPUTS, _canonical, _same_payload
 
@@ -203,7 +204,7 @@ def test_every_compressor_with_numba_kernels_has_cuda_kernels():
 def test_encode_and_decode_dispatch_to_the_cuda_kernels(name, monkeypatch):
     """base.Compressor's CUDA branch end to end (header, out buffers, shapes, add), with the host
     emulator standing in for CuPy: every codec on CPU tensors as if they were CUDA tensors."""
-    from compressors.base import Compressor
+    from compressors.core.base import Compressor
 
     reference = _numba(name, {})
     codec = compressors.get(name, impl="reference")

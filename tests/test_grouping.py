@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import compressors as C
-from compressors import sparse
+from compressors.codecs import topk
 
 GROUPINGS = ("column", "row")
 
@@ -58,7 +58,7 @@ def test_sizes_count_the_groups(shape):
     for grouping, groups in by.items():
         onebit = C.get("onebit", grouping=grouping)
         assert onebit.payload_nbytes(shape) == 40 + 8 * len(shape) + 8 * groups + -(-n // 8)
-        k = sparse.count_sent(0.01, n)
+        k = topk.count_sent(0.01, n)
         adaptive = C.get("adaptive", grouping=grouping)
         assert adaptive.payload_nbytes(shape) == 40 + 8 * len(shape) + 4 + 12 * groups + 2 * k
         sampled = C.get("adaptive", grouping=grouping, threshold="sampled")
@@ -156,7 +156,7 @@ def test_sampled_small_tensors_use_every_entry_for_the_thresholds(impl):
     c = C.get("adaptive", grouping="column", pi=pi, threshold="sampled", impl=impl)
     out = roundtrip(c, x)
     flat = x.reshape(-1)
-    k = sparse.count_sent(pi, flat.numel())
+    k = topk.count_sent(pi, flat.numel())
     top = flat[flat.abs().argsort(descending=True)[:k]]
     low_pos, low_neg = top[top >= 0].min(), -top[top < 0].max()
     sent = torch.where(flat < 0, flat.abs() >= low_neg, flat >= low_pos).view(x.shape)
@@ -180,7 +180,7 @@ def test_sampled_is_reproducible_and_follows_the_counters():
 def test_sampled_sends_about_k_and_at_most_four_k(impl):
     x = randn(300, 200, seed=10)
     c = C.get("adaptive", grouping="column", pi=0.01, threshold="sampled", impl=impl)
-    k = sparse.count_sent(0.01, x.numel())
+    k = topk.count_sent(0.01, x.numel())
     totals = []
     for step in range(8):
         payload = c.encode(x, step=step)
@@ -201,7 +201,7 @@ def test_sampled_cap_keeps_the_first_entries_group_by_group(impl):
     x = torch.ones(100, 50)
     x[1::2] = -1.0
     c = C.get("adaptive", grouping="column", pi=0.01, threshold="sampled", impl=impl)
-    k = sparse.count_sent(0.01, x.numel())
+    k = topk.count_sent(0.01, x.numel())
     payload = c.encode(x)
     assert _total(c, x, payload) == 4 * k  # 200: the first two columns
     out = c.decode(payload)
@@ -246,7 +246,7 @@ def test_sampled_decode_refuses_a_total_above_the_cap():
     x = randn(30, 20, seed=14)
     c = C.get("adaptive", grouping="column", pi=0.05, threshold="sampled")
     payload = c.encode(x)
-    cap = 4 * sparse.count_sent(0.05, x.numel())
+    cap = 4 * topk.count_sent(0.05, x.numel())
     at = header_nbytes(x)
     for impl in ("reference", "numba"):
         d = C.get("adaptive", grouping="column", pi=0.05, threshold="sampled", impl=impl)

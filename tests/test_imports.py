@@ -154,13 +154,13 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_relative_absolute_and_lazy_imports():
     graph = import_graph()
-    assert "compressors.wire" in graph["compressors.base"]  # from . import registry, wire
-    assert "compressors.params" in graph["workloads.options"]  # from compressors.params import ...
+    assert "compressors.core.wire" in graph["compressors.core.base"]  # from . import registry, wire
+    assert "compressors.core.params" in graph["workloads.options"]  # from compressors.core.params import ...
     assert "compressors" in graph["workloads.options"]  # ... runs compressors/__init__ first
-    assert "compressors.reducer" in graph["compressors"]  # from .reducer import Reducer
-    assert "compressors.qsgd" in graph["compressors"]  # pkgutil.iter_modules: every module
-    assert "compressors.base" not in graph["compressors.registry"]  # only under TYPE_CHECKING
-    assert "orchestrator.labels" in graph["orchestrator.config"]
+    assert "compressors.comm.reducer" in graph["compressors"]  # from .reducer import Reducer
+    assert "compressors.codecs.qsgd" in graph["compressors.codecs"]  # pkgutil.iter_modules: every module
+    assert "compressors.core.base" not in graph["compressors.core.registry"]
+    assert "orchestrator.study.labels" in graph["orchestrator.study.sweep_file"]
 
 
 def test_circle_finder_finds_a_circle():
@@ -178,6 +178,53 @@ def test_no_import_circles(package):
 # of workloads or the orchestrator; workloads nothing of the orchestrator).
 ALLOWED = {"compressors": {"compressors"}, "workloads": {"workloads", "compressors"},
            "orchestrator": set(PACKAGES)}
+
+
+# Inside a package, a folder imports only the folders listed for it: the layers point one way
+# (a folder not listed, such as workloads/, is one layer).
+SUB_ALLOWED = {
+    "compressors.core": {"compressors.cuda"},
+    "compressors.kernels": set(),
+    "compressors.cuda": set(),
+    "compressors.codecs": {"compressors.core", "compressors.kernels", "compressors.cuda"},
+    "compressors.comm": {"compressors.core"},
+    "compressors.ddp": {"compressors.comm", "compressors.core"},
+    "orchestrator.study": {"orchestrator.cluster"},
+    "orchestrator.cluster": set(),
+    "orchestrator.predict": {"orchestrator.study"},
+    "orchestrator.results": {"orchestrator.study", "orchestrator.predict"},
+}
+# The results modules in order: none imports one after it.
+RESULTS_ORDER = ["tables", "summary", "plots", "export"]
+
+
+def _folder(module: str) -> str:
+    """The subpackage a module lies in (its top package for one at the top)."""
+    parts = module.split(".")
+    candidate = ".".join(parts[:2])
+    return candidate if candidate in SUB_ALLOWED else parts[0]
+
+
+def test_every_subpackage_has_its_layer():
+    subpackages = {m for m in MODULES if _is_package(m) and m.count(".") == 1}
+    assert subpackages == set(SUB_ALLOWED)
+
+
+@pytest.mark.parametrize("folder", sorted(SUB_ALLOWED))
+def test_subpackage_layers(folder):
+    graph = import_graph()
+    allowed = SUB_ALLOWED[folder] | {folder}
+    bad = sorted(f"{m} -> {t}" for m, targets in graph.items() if _folder(m) == folder
+                 for t in targets if t.split(".")[0] == folder.split(".")[0] and _folder(t) not in allowed
+                 and t != folder.split(".")[0])
+    assert not bad, bad
+
+
+def test_results_modules_import_in_one_direction():
+    graph = import_graph()
+    for i, name in enumerate(RESULTS_ORDER):
+        later = {f"orchestrator.results.{m}" for m in RESULTS_ORDER[i:]} - {f"orchestrator.results.{name}"}
+        assert not graph[f"orchestrator.results.{name}"] & later, name
 
 
 @pytest.mark.parametrize("package", PACKAGES)

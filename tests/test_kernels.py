@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import compressors
-from compressors import COMPRESSORS, PayloadError, wire
+from compressors import COMPRESSORS, PayloadError
+from compressors.core import wire
 
 pytest.importorskip("numba")
 
@@ -179,7 +180,7 @@ def test_decode_add_needs_out():
 def test_dynamic8_codes_every_float32_in_0_1_as_the_binary_search_does():
     """The one-compare bin lookup against the definition (the nearest table entry, by binary search
     over the midpoints), for all 1,065,353,217 float32 values in [0, 1], with a maximum of 1."""
-    from compressors import dynamic_tree
+    from compressors.core import dynamic_tree
 
     codec = compressors.get("dynamic8", impl="numba")
     tables = dynamic_tree.tables("cpu")
@@ -194,7 +195,7 @@ def test_dynamic8_codes_every_float32_in_0_1_as_the_binary_search_does():
 
 
 def test_the_impl_setting_is_checked_against_the_compressor(tmp_path):
-    from orchestrator.config import ConfigError, load_sweep
+    from orchestrator.study.sweep_file import ConfigError, load_sweep
 
     path = tmp_path / "s.yaml"
     path.write_text("name: t\nworkload: {epochs: 2, target_accuracy: 0.9, impl: numba}\nbaselines: false\n"
@@ -214,7 +215,7 @@ def test_the_impl_setting_is_checked_against_the_compressor(tmp_path):
 def test_the_cuda_impl_is_checked_where_it_cannot_run():
     """Without CuPy, impl 'cuda' names the extras; with it, on a CPU tensor it names the device; auto
     never takes the CUDA kernels for CPU tensors."""
-    from compressors.base import cupy_installed
+    from compressors.core.base import cupy_installed
 
     if not cupy_installed():
         with pytest.raises(ValueError, match=r"impl 'cuda' needs CuPy \(pip install 'lowprec\[cuda12\]'"):

@@ -1,4 +1,4 @@
-"""Overlapped DDP hooks (compressors.pipeline, compressors.ddp) on 2 gloo ranks.
+"""Overlapped DDP hooks (compressors.comm.pipeline, compressors.ddp) on 2 gloo ranks.
 
 Overlap on and off must give the same parameters bit for bit, after steps over
 several DDP buckets; an overlapped hook must return before its collectives are
@@ -16,9 +16,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from compressors import ddp, pipeline
-from compressors.stats import span_union
-from compressors.step_clock import StepClock
+from compressors import ddp
+from compressors.comm import pipeline
+from compressors.comm.stats import span_union
+from compressors.ddp.step_clock import StepClock
 
 from .distributed import run_ranks
 from .test_collectives import guard, make_mlp, mlp_data, ok

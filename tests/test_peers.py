@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import compressors as C
-from compressors import rng
+from compressors.core import rng
 
 PEERS = ("signsgd", "efsignsgd", "scaledsign", "terngrad", "randomk", "maxmin", "natural")
 CONFIGS = [(name, dict(p)) for name in PEERS for p in C.COMPRESSORS[name].examples]

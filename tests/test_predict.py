@@ -1,4 +1,4 @@
-"""The performance model (orchestrator.perfmodel) on hand-computed cases, and `lowprec predict`
+"""The performance model (orchestrator.predict.perfmodel) on hand-computed cases, and `lowprec predict`
 on a results folder written here (records and trials.csv as `lowprec run` writes them)."""
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import math
 import pandas as pd
 import pytest
 
-from orchestrator import cli, perfmodel, predict
-from orchestrator.profile import Profile
+from orchestrator import cli
+from orchestrator.predict import perfmodel, predictor
+from orchestrator.predict.profile import Profile
 
 LINK = perfmodel.Link(bandwidth=1e6, latency=1e-3)  # 1 MB/s, 1 ms per message
 
@@ -50,15 +51,15 @@ def test_speedup_bound_and_break_even():
 def test_ddp_buckets_reverse_order_with_a_small_first_bucket():
     # the first bucket closes once it holds >= 1 MiB (262144 floats): after 100k + 200k elements
     shapes = [(10,), (300_000,), (200_000,), (100_000,)]
-    assert predict.buckets_of(shapes, 25) == [[3, 2], [1, 0]]
-    assert predict.buckets_of(shapes, 1) == [[3, 2], [1], [0]]
+    assert predictor.buckets_of(shapes, 25) == [[3, 2], [1, 0]]
+    assert predictor.buckets_of(shapes, 1) == [[3, 2], [1], [0]]
 
 
 def test_latency_text():
-    assert predict.latency_s("5us") == pytest.approx(5e-6)
-    assert predict.latency_s("0.2ms") == pytest.approx(2e-4)
+    assert predictor.latency_s("5us") == pytest.approx(5e-6)
+    assert predictor.latency_s("0.2ms") == pytest.approx(2e-4)
     with pytest.raises(ValueError, match="unit s, ms, us or ns"):
-        predict.latency_s("5 parsecs")
+        predictor.latency_s("5 parsecs")
 
 
 SETTINGS = {"compressor": "fp32", "compressor_params": {}, "algorithm": "allreduce", "num_workers": 1, "seed": 0,
@@ -88,7 +89,7 @@ ONE = {"compute_s": 0.008, "encode_s": 0.0, "decode_s": 0.0, "exposed_comm_s": 0
 
 
 def test_predict_fp32_and_qsgd_from_their_one_worker_trials(tmp_path, monkeypatch):
-    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
     folder = write_folder(tmp_path, [
         ({}, ONE),
         ({"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"},
@@ -98,7 +99,7 @@ def test_predict_fp32_and_qsgd_from_their_one_worker_trials(tmp_path, monkeypatc
          {**ONE, "time_to_accuracy_s": 1.0, "step_time_s": 0.008}),  # 125 steps
         ({"compressor": "powersgd", "algorithm": "powersgd"}, ONE),
     ])
-    table, notes = predict.predict(folder, 8e6, 2, 0.0, prof=PROFILE)  # 1 MB/s
+    table, notes = predictor.predict(folder, 8e6, 2, 0.0, prof=PROFILE)  # 1 MB/s
     assert notes == ["powersgd algorithm=powersgd: PowerSGD is not modelled"]
     fp32 = table[table["compressor"] == "fp32"].iloc[0]
     # one bucket of every parameter (2372 floats = 9488 B), ready when the first layer's gradient is
@@ -129,14 +130,14 @@ def test_predict_cli_writes_predictions_and_refuses_bad_input(tmp_path, capsys):
     assert "none pays" in capsys.readouterr().out
     assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 0
     saved = pd.read_csv(folder / "predictions.csv")
-    assert list(saved.columns) == predict.COLUMNS and len(saved) == 1
+    assert list(saved.columns) == predictor.COLUMNS and len(saved) == 1
 
 
 def test_predict_without_overlap_and_on_slower_devices(tmp_path, monkeypatch):
-    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
     folder = write_folder(tmp_path, [({}, ONE)])
     comm = 9488 / 1e6 + 4744 / 1e9
-    table, _ = predict.predict(folder, 8e6, 2, 0.0, overlap=False, compute_scale=2.0, prof=PROFILE)
+    table, _ = predictor.predict(folder, 8e6, 2, 0.0, overlap=False, compute_scale=2.0, prof=PROFILE)
     fp32 = table.iloc[0]
     # serial: fwd + bwd + comm + opt, the compute (0.008 s measured) twice as long
     assert fp32["predicted_step_time_s"] == pytest.approx(0.016 + comm, rel=1e-9)
@@ -144,31 +145,31 @@ def test_predict_without_overlap_and_on_slower_devices(tmp_path, monkeypatch):
 
 
 def test_a_folder_of_several_workloads_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
     folder = write_folder(tmp_path, [({}, ONE), ({"batch_size": 16}, ONE)])
     with pytest.raises(ValueError, match="2 different workloads"):
-        predict.predict(folder, 8e6, 2, 0.0, prof=PROFILE)
+        predictor.predict(folder, 8e6, 2, 0.0, prof=PROFILE)
 
 
 def test_emulated_hosts_share_the_cores():
     # 4 hosts on 2 cores: a thread each; 4 busy threads on 2 cores take twice as long, 2 do not
-    assert [predict.emulated_compute_scale(p, 4, 2) for p in (1, 2, 4)] == [1.0, 1.0, 2.0]
+    assert [predictor.emulated_compute_scale(p, 4, 2) for p in (1, 2, 4)] == [1.0, 1.0, 2.0]
     # 4 hosts on 16 cores: 4 threads each
-    assert [predict.emulated_compute_scale(p, 4, 16) for p in (2, 4)] == [1.0, 1.0]
-    assert predict.emulated_compute_scale(3, 3, 2) == 1.5
+    assert [predictor.emulated_compute_scale(p, 4, 16) for p in (2, 4)] == [1.0, 1.0]
+    assert predictor.emulated_compute_scale(3, 3, 2) == 1.5
 
 
 def test_trials_on_an_emulated_cluster_are_predicted_from_their_one_worker_trials(tmp_path, monkeypatch):
-    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
-    monkeypatch.setattr(predict, "profile", lambda settings: PROFILE)
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
     link = {"hosts": 4, "bandwidth": "8mbit", "calibrated_bps": 8e6, "calibrated_latency_s": 1e-3}
-    trials = predict.read_trials(write_folder(tmp_path, [
+    trials = predictor.read_trials(write_folder(tmp_path, [
         ({}, ONE),
         ({"num_workers": 4, "overlap": False}, ONE),  # on the link
         ({"num_workers": 2}, ONE),  # on no emulated link: not predicted
         ({"num_workers": 2, "batch_size": 16}, ONE),  # no one-worker trial of this workload
     ], links={1: link, 3: link}))
-    predicted = predict.trial_predictions(trials, cpu_count=2)
+    predicted = predictor.trial_predictions(trials, cpu_count=2)
     assert list(predicted) == ["t1"]
     # serial; compute 0.008 s x 2 (4 busy hosts, one thread each, on 2 cores); ring over 4 workers:
     # 6 messages of 1 ms, 1.5 x 9488 B at 1 MB/s, 0.75 x 9488 B reduced at 1 GB/s
@@ -177,25 +178,25 @@ def test_trials_on_an_emulated_cluster_are_predicted_from_their_one_worker_trial
     assert predicted["t1"]["comm_s"] == pytest.approx(comm, rel=1e-12)
     # the inputs may come from another folder: this one's one-worker trials are then ignored
     (tmp_path / "inputs").mkdir()
-    others = predict.read_trials(write_folder(tmp_path / "inputs", [({}, {**ONE, "compute_s": 0.004})]))
-    again = predict.trial_predictions(trials, others, cpu_count=2)["t1"]
+    others = predictor.read_trials(write_folder(tmp_path / "inputs", [({}, {**ONE, "compute_s": 0.004})]))
+    again = predictor.trial_predictions(trials, others, cpu_count=2)["t1"]
     assert again["predicted_step_time_s"] == pytest.approx(0.008 + comm, rel=1e-9)
 
 
 def test_measured_device_scales_replace_the_guess_phase_by_phase(tmp_path, monkeypatch):
-    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
-    monkeypatch.setattr(predict, "profile", lambda settings: PROFILE)
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
     link = {"hosts": 4, "bandwidth": "8mbit", "calibrated_bps": 8e6, "calibrated_latency_s": 0.0}
     qsgd = {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}
-    trials = predict.read_trials(write_folder(tmp_path, [
+    trials = predictor.read_trials(write_folder(tmp_path, [
         ({}, ONE),
         ({**qsgd}, {**ONE, "encode_s": 0.002, "decode_s": 0.001}),
         ({**qsgd, "num_workers": 2, "overlap": False}, ONE),
         ({**qsgd, "num_workers": 4, "overlap": False}, ONE),  # no scale measured for 4 workers: left out
     ], links={2: link, 3: link}))
-    key = predict.step_key(trials[1][0]["settings"])
-    scales = {(key, 2): predict.DeviceScale(compute=1.5, encode=2.0, decode=3.0)}
-    predicted = predict.trial_predictions(trials, scales=scales)
+    key = predictor.step_key(trials[1][0]["settings"])
+    scales = {(key, 2): predictor.DeviceScale(compute=1.5, encode=2.0, decode=3.0)}
+    predicted = predictor.trial_predictions(trials, scales=scales)
     assert list(predicted) == ["t2"]
     step = predicted["t2"]
     # fp32's one-worker compute x 1.5; the encodes x 2 (then sra's n + n/p of 2n), the decodes x 3
@@ -203,15 +204,15 @@ def test_measured_device_scales_replace_the_guess_phase_by_phase(tmp_path, monke
     assert step["encode_s"] == pytest.approx(0.002 * 2.0 * 0.75, rel=1e-12)
     assert step["decode_s"] == pytest.approx(0.001 * 3.0, rel=1e-12)
     assert step["predicted_step_time_s"] == pytest.approx(0.012 + 0.003 + 0.003 + step["comm_s"], rel=1e-9)
-    guessed = predict.trial_predictions(trials, cpu_count=2)["t2"]  # 2 hosts of one thread on 2 cores: 1x
+    guessed = predictor.trial_predictions(trials, cpu_count=2)["t2"]  # 2 hosts of one thread on 2 cores: 1x
     assert (guessed["compute_s"], guessed["decode_s"]) == (pytest.approx(0.008), pytest.approx(0.001))
 
 
 def test_an_allreduce_hooks_device_work_is_its_one_worker_exposed_time(tmp_path, monkeypatch):
     # fp16's cast runs inside the collective: its one-worker trial shows it as exposed time only
-    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
     folder = write_folder(tmp_path, [({}, ONE), ({"compressor": "fp16"}, {**ONE, "exposed_comm_s": 0.002})])
-    table, _ = predict.predict(folder, 8e6, 2, 0.0, overlap=False, prof=PROFILE)
+    table, _ = predictor.predict(folder, 8e6, 2, 0.0, overlap=False, prof=PROFILE)
     fp16 = table[table["compressor"] == "fp16"].iloc[0]
     assert (fp16["encode_s"], fp16["decode_s"]) == (0.001, 0.001)
     assert fp16["predicted_step_time_s"] == pytest.approx(0.008 + 0.002 + 4744 / 1e6 + 2372 / 1e9, rel=1e-9)
@@ -226,7 +227,7 @@ def test_contention_factors_become_device_scales():
     assert factors[2]["compute_s"] == pytest.approx(1.5) and factors[2]["decode_s"] == pytest.approx(4.0)
     assert math.isnan(factors[2]["exposed_comm_s"])  # nothing alone: no factor
     fp16 = {**factors[2], "exposed_comm_s": 3.0}
-    qsgd, half, plain = (predict.Config(name, {**SETTINGS, **settings}, 0.0, 0.0, 0.0, 0.0) for name, settings in [
+    qsgd, half, plain = (predictor.Config(name, {**SETTINGS, **settings}, 0.0, 0.0, 0.0, 0.0) for name, settings in [
         ("qsgd", {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}),
         ("fp16", {"compressor": "fp16"}), ("fp32", {})])
     scales = predictor_validation.measured_scales({"configurations": [
@@ -234,21 +235,21 @@ def test_contention_factors_become_device_scales():
         {"configuration": "fp16", "key": list(half.key), "factors": {"2": fp16}},
         {"configuration": "other", "key": ["w", "other"], "factors": {"2": fp16}}]}, [qsgd, half])
     assert set(scales) == {(qsgd.key, 2), (half.key, 2)}  # only the configurations asked for
-    assert scales[qsgd.key, 2] == predict.DeviceScale(compute=1.5, encode=2.0, decode=4.0)
+    assert scales[qsgd.key, 2] == predictor.DeviceScale(compute=1.5, encode=2.0, decode=4.0)
     # an allreduce hook's encode and decode are its one-worker exposed time: they take its factor
-    assert scales[half.key, 2] == predict.DeviceScale(compute=1.5, encode=3.0, decode=3.0)
+    assert scales[half.key, 2] == predictor.DeviceScale(compute=1.5, encode=3.0, decode=3.0)
     # plain DDP has no exposed time alone (NaN factor): its encode and decode, zero anyway, stay 1x
     fp32 = predictor_validation.measured_scales({"configurations": [
         {"configuration": "fp32", "key": list(plain.key), "factors": {"2": factors[2]}}]}, [plain])
-    assert fp32[plain.key, 2] == predict.DeviceScale(compute=1.5, encode=1.0, decode=1.0)
+    assert fp32[plain.key, 2] == predictor.DeviceScale(compute=1.5, encode=1.0, decode=1.0)
     # one world of k ranks: an allreduce hook's exposed time holds its collective, so its codec takes the
     # compute factor; an sra's encode factor is over the (1 + 1/k) / 2 of its work plan() already takes
     world = predictor_validation.measured_scales({"world": True, "configurations": [
         {"configuration": "qsgd", "key": list(qsgd.key), "factors": {"2": factors[2], "4": factors[2]}},
         {"configuration": "fp16", "key": list(half.key), "factors": {"2": fp16}}]}, [qsgd, half])
-    assert world[qsgd.key, 2] == predict.DeviceScale(compute=1.5, encode=pytest.approx(2.0 / 0.75), decode=4.0)
+    assert world[qsgd.key, 2] == predictor.DeviceScale(compute=1.5, encode=pytest.approx(2.0 / 0.75), decode=4.0)
     assert world[qsgd.key, 4].encode == pytest.approx(2.0 / 0.625)
-    assert world[half.key, 2] == predict.DeviceScale(compute=1.5, encode=1.5, decode=1.5)
+    assert world[half.key, 2] == predictor.DeviceScale(compute=1.5, encode=1.5, decode=1.5)
 
 
 def test_repeated_one_worker_trials_give_each_phase_its_median(tmp_path):
@@ -259,7 +260,7 @@ def test_repeated_one_worker_trials_give_each_phase_its_median(tmp_path):
         ({**qsgd, "seed": 2}, {**ONE, "compute_s": 0.020, "encode_s": 0.003, "decode_s": 0.002}),
         ({**qsgd, "num_workers": 2}, {**ONE, "compute_s": 0.5}),  # not an input
     ])
-    (config,), notes = predict.configurations(predict.read_trials(folder))
+    (config,), notes = predictor.configurations(predictor.read_trials(folder))
     assert notes == []
     assert (config.compute_s, config.encode_s, config.decode_s) == (0.010, 0.003, 0.002)
 
@@ -269,23 +270,23 @@ def test_a_step_counts_the_messages_that_pay_a_latency():
     # all_gather (p - 1 each) in the first; the second has no small tensors, so no all_reduce runs for it
     buckets = [(0.001, 0.0, 0.0, [("ring", 40), ("all_to_all", 1000), ("all_gather", 1000)]),
                (0.002, 0.0, 0.0, [("ring", 0), ("all_to_all", 2000), ("all_gather", 2000)])]
-    step = predict.Plan(0.001, 0.002, 0.001, buckets, 0.0, 0.0, overlap=False)
-    idle = predict.predict_step(step, 4, perfmodel.Link(1e6), 1e9)
-    busy = predict.predict_step(step, 4, perfmodel.Link(1e6, latency=1e-3), 1e9)
+    step = predictor.Plan(0.001, 0.002, 0.001, buckets, 0.0, 0.0, overlap=False)
+    idle = predictor.predict_step(step, 4, perfmodel.Link(1e6), 1e9)
+    busy = predictor.predict_step(step, 4, perfmodel.Link(1e6, latency=1e-3), 1e9)
     assert idle["messages"] == busy["messages"] == 6 + 3 + 3 + 3 + 3
     assert busy["comm_s"] == pytest.approx(idle["comm_s"] + 18e-3, rel=1e-12)
     assert busy["predicted_step_time_s"] == pytest.approx(idle["predicted_step_time_s"] + 18e-3, rel=1e-12)
-    assert predict.predict_step(step, 1, perfmodel.Link(1e6, latency=1e-3), 1e9)["messages"] == 0
+    assert predictor.predict_step(step, 1, perfmodel.Link(1e6, latency=1e-3), 1e9)["messages"] == 0
 
 
 def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load(tmp_path, monkeypatch):
     from benchmarks import predictor_validation
 
-    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
-    monkeypatch.setattr(predict, "profile", lambda settings: PROFILE)
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
     qsgd = {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}
     (tmp_path / "inputs").mkdir()
-    inputs = predict.read_trials(write_folder(tmp_path / "inputs", [
+    inputs = predictor.read_trials(write_folder(tmp_path / "inputs", [
         ({}, ONE), (qsgd, {**ONE, "encode_s": 0.002, "decode_s": 0.001})]))
     link = {"hosts": 4, "bandwidth": "2gbit", "calibrated_bps": 8e6, "calibrated_latency_s": 1e-4}
     shared = {"compute_s": 0.012, "encode_s": 0.003, "decode_s": 0.003, "exposed_comm_s": 0.05,
@@ -293,7 +294,7 @@ def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load
 
     def sharing(folder, qsgd_comm, plain_step, compute=0.012, idle=0.25):
         folder.mkdir()
-        return predict.read_trials(write_folder(folder, [
+        return predictor.read_trials(write_folder(folder, [
             # plain DDP: its communication is not timed, its step is
             ({"num_workers": 2, "overlap": False}, {**shared, "comm_s": math.nan, "step_time_s": plain_step}),
             ({**qsgd, "num_workers": 2, "overlap": False},
@@ -304,12 +305,12 @@ def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load
 
     # the link model's time for the trials' bytes at a latency, and the messages the qsgd trial sends in turn
     probe = sharing(tmp_path / "probe", 0.0, 0.0)
-    keys = [predict.step_key(r["settings"]) for r, _ in probe]
-    scale = {(keys[0], 2): predict.DeviceScale.uniform(1.5),
-             (keys[1], 2): predict.DeviceScale(compute=1.5, encode=2.0, decode=3.0)}
+    keys = [predictor.step_key(r["settings"]) for r, _ in probe]
+    scale = {(keys[0], 2): predictor.DeviceScale.uniform(1.5),
+             (keys[1], 2): predictor.DeviceScale(compute=1.5, encode=2.0, decode=3.0)}
 
     def model(alpha):
-        return predict.trial_predictions(probe, inputs, scales=scale, latency={(key, 2): alpha for key in keys})
+        return predictor.trial_predictions(probe, inputs, scales=scale, latency={(key, 2): alpha for key in keys})
 
     assert model(0.0)["t1"]["messages"] == 4  # 2 workers: the small tensors' all_reduce 2, all_to_all 1, all_gather 1
     trials = sharing(tmp_path / "measured", model(0.0)["t1"]["comm_s"] + 4 * 2e-3,
@@ -317,15 +318,15 @@ def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load
     scales, latency, busy = predictor_validation.sharing_inputs(trials, inputs)
     # compute 0.012 / 0.008; encode 0.003 / 0.002 over sra's (1 + 1/2) / 2 of the one-worker work; decode 3x;
     # plain DDP's device work is its compute: its (zero) codec takes the same factor
-    assert scales == {(keys[1], 2): predict.DeviceScale(1.5, pytest.approx(2.0), pytest.approx(3.0)),
-                      (keys[0], 2): predict.DeviceScale.uniform(1.5)}
+    assert scales == {(keys[1], 2): predictor.DeviceScale(1.5, pytest.approx(2.0), pytest.approx(3.0)),
+                      (keys[0], 2): predictor.DeviceScale.uniform(1.5)}
     # the hook: its communication beyond the bytes' time over its messages, not the calibration's 0.1 ms;
     # plain DDP: the latency at which the model gives its measured step
     assert latency == {(keys[1], 2): pytest.approx(2e-3, rel=1e-9), (keys[0], 2): pytest.approx(1e-3, rel=1e-6)}
     # the machine was busy 3/4 of the qsgd trial's 0.1 s step; plain DDP's trial did not record its idle share
     # and the overlapped trial's machine half its 9 s step
     assert busy == {(keys[1], 2, False): pytest.approx(0.075, rel=1e-12), (keys[1], 2, True): 4.5}
-    again = predict.trial_predictions(trials, inputs, scales=scales, latency=latency)
+    again = predictor.trial_predictions(trials, inputs, scales=scales, latency=latency)
     assert again["t1"]["comm_s"] == pytest.approx(model(0.0)["t1"]["comm_s"] + 4 * 2e-3, rel=1e-9)
     assert again["t0"]["predicted_step_time_s"] == pytest.approx(model(1e-3)["t0"]["predicted_step_time_s"], rel=1e-6)
     # quicker than the link model at no latency: no negative latency
@@ -338,16 +339,16 @@ def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load
     for i, (compute, idle, bps) in enumerate([(0.012, 0.5, 8e6), (0.03, 0.1, 4e6), (0.016, 0.25, 2e6)]):
         linked = {**link, "calibrated_bps": bps}
         (tmp_path / f"probe{i}").mkdir()
-        probe = predict.read_trials(write_folder(tmp_path / f"probe{i}", [
+        probe = predictor.read_trials(write_folder(tmp_path / f"probe{i}", [
             ({"num_workers": 2, "overlap": False}, {**shared, "comm_s": math.nan, "step_time_s": 1.0}),
             ({**qsgd, "num_workers": 2, "overlap": False}, {**shared, "comm_s": 1.0, "step_time_s": 1.0})],
             links={0: linked, 1: linked}))
-        bare = predict.trial_predictions(probe, inputs, scales=scale, latency={(key, 2): 0.0 for key in keys})
-        plain_step = predict.trial_predictions(probe, inputs, scales=scale,
+        bare = predictor.trial_predictions(probe, inputs, scales=scale, latency={(key, 2): 0.0 for key in keys})
+        plain_step = predictor.trial_predictions(probe, inputs, scales=scale,
                                                latency={(key, 2): 1e-3 for key in keys})["t0"]["predicted_step_time_s"]
         # each run's hook measured its own link's time for the bytes plus 4 messages of 2 ms
         (tmp_path / f"run{i}").mkdir()
-        runs += predict.read_trials(write_folder(tmp_path / f"run{i}", [
+        runs += predictor.read_trials(write_folder(tmp_path / f"run{i}", [
             ({"num_workers": 2, "overlap": False}, {**shared, "comm_s": math.nan, "step_time_s": plain_step}),
             ({**qsgd, "num_workers": 2, "overlap": False},
              {**shared, "compute_s": compute, "comm_s": bare["t1"]["comm_s"] + 4 * 2e-3, "step_time_s": 0.1,
@@ -360,21 +361,21 @@ def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load
 
 def test_no_timeline_beats_the_busy_machine(tmp_path, monkeypatch):
     # hosts sharing a machine's cores: a step takes at least the machine's busy time (with its overlap)
-    monkeypatch.setattr(predict, "reduce_bps", lambda: 1e9)
-    monkeypatch.setattr(predict, "profile", lambda settings: PROFILE)
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
     link = {"hosts": 4, "bandwidth": "8mbit", "calibrated_bps": 8e6, "calibrated_latency_s": 0.0}
-    trials = predict.read_trials(write_folder(tmp_path, [
+    trials = predictor.read_trials(write_folder(tmp_path, [
         ({}, ONE), ({"num_workers": 2, "overlap": True}, ONE), ({"num_workers": 2, "overlap": False}, ONE)],
         links={1: link, 2: link}))
-    key = predict.step_key(trials[0][0]["settings"])
-    scales = {(key, 2): predict.DeviceScale.uniform(1.0)}
-    free = predict.trial_predictions(trials, scales=scales)
+    key = predictor.step_key(trials[0][0]["settings"])
+    scales = {(key, 2): predictor.DeviceScale.uniform(1.0)}
+    free = predictor.trial_predictions(trials, scales=scales)
     slowest = max(free["t1"]["predicted_step_time_s"], free["t2"]["predicted_step_time_s"])
-    floored = predict.trial_predictions(trials, scales=scales, busy={(key, 2, True): 1.5 * slowest})
+    floored = predictor.trial_predictions(trials, scales=scales, busy={(key, 2, True): 1.5 * slowest})
     assert floored["t1"] == {**free["t1"], "predicted_step_time_s": 1.5 * slowest}  # only the step time changes
     assert floored["t2"] == free["t2"]  # its floor is that of the trials without overlap: none given
-    assert predict.trial_predictions(trials, scales=scales, busy={(key, 2, False): 2 * slowest})["t2"] == \
+    assert predictor.trial_predictions(trials, scales=scales, busy={(key, 2, False): 2 * slowest})["t2"] == \
         {**free["t2"], "predicted_step_time_s": 2 * slowest}
     # below the timeline, or for other workers, it changes nothing
-    assert predict.trial_predictions(trials, scales=scales, busy={(key, 2, True): slowest / 2, (key, 4, True): 1.0,
+    assert predictor.trial_predictions(trials, scales=scales, busy={(key, 2, True): slowest / 2, (key, 4, True): 1.0,
                                                                   (key, 2, False): slowest / 2}) == free

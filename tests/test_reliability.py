@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import compressors
-from orchestrator.config import ConfigError, load_sweep
+from orchestrator.study.sweep_file import ConfigError, load_sweep
 
 HEADER = """\
 name: t
@@ -177,7 +177,7 @@ def test_linear8_refuses_code_255():
 
 
 def test_a_non_finite_update_on_the_last_step_marks_the_trial_diverged():
-    from orchestrator.train_loop import train
+    from orchestrator.study.train_loop import train
 
     # one step whose loss is finite and whose update overflows the weights
     result = train({"model": "mlp", "width": 16, "depth": 1, "lr": 1e37, "momentum": 0.0,
@@ -192,7 +192,7 @@ def test_a_non_finite_update_on_the_last_step_marks_the_trial_diverged():
 
 def _finished_sweep(tmp_path: Path, text: str = HEADER):
     """A sweep whose every trial already has a record, so run_sweep never needs Ray."""
-    from orchestrator.records import make_record, write_record
+    from orchestrator.study.records import make_record, write_record
 
     sweep = load_sweep(write(tmp_path, text))
     results = tmp_path / "results" / sweep.name
@@ -202,7 +202,7 @@ def _finished_sweep(tmp_path: Path, text: str = HEADER):
 
 
 def test_trial_folder_names_are_safe_short_and_unique():
-    from orchestrator.sweep import trial_dirname
+    from orchestrator.study.runner import trial_dirname
 
     long = {"name": "fp32 data_dir=a/x " + "lr=0.1 " * 60, "trial_id": "0123456789ab"}
     name = trial_dirname(long)
@@ -215,7 +215,7 @@ def test_a_second_run_into_the_same_results_exits_2_naming_the_holder(tmp_path, 
     import os
 
     from orchestrator.cli import main
-    from orchestrator.sweep import _lock
+    from orchestrator.study.runner import _lock
 
     sweep, results = _finished_sweep(tmp_path)
     held = _lock(results)
@@ -228,7 +228,7 @@ def test_a_second_run_into_the_same_results_exits_2_naming_the_holder(tmp_path, 
 
 
 def test_resuming_from_the_saved_copy_of_the_sweep_file(tmp_path):
-    from orchestrator.sweep import run_sweep
+    from orchestrator.study.runner import run_sweep
 
     sweep, results = _finished_sweep(tmp_path)
     run_sweep(sweep, results, resume=True)  # writes results/sweep.yaml
@@ -237,8 +237,8 @@ def test_resuming_from_the_saved_copy_of_the_sweep_file(tmp_path):
 
 
 def test_a_corrupt_record_is_skipped_with_a_warning_naming_it(tmp_path, capsys):
-    from orchestrator.export import export
-    from orchestrator.records import finished_ids
+    from orchestrator.results.export import export
+    from orchestrator.study.records import finished_ids
 
     sweep, results = _finished_sweep(tmp_path)
     bad = results / "trials" / f"{sweep.trials[0]['trial_id']}.json"
@@ -253,12 +253,12 @@ def test_a_corrupt_record_is_skipped_with_a_warning_naming_it(tmp_path, capsys):
 def test_an_unwritable_table_warns_and_keeps_the_records(tmp_path):
     import io
 
-    from orchestrator.sweep import run_sweep
+    from orchestrator.results.export import export_or_warn
 
     sweep, results = _finished_sweep(tmp_path)
     (results / "trials.csv").mkdir()  # a folder where the table goes: writing it fails
     out = io.StringIO()
-    assert run_sweep(sweep, results, resume=True, stream=out) == (results.resolve(), 0)
+    export_or_warn(results, out)
     assert "could not write the tables" in out.getvalue() and "lowprec export" in out.getvalue()
     assert len(list((results / "trials").glob("*.json"))) == len(sweep.trials)
 
@@ -267,7 +267,7 @@ def test_an_unwritable_table_warns_and_keeps_the_records(tmp_path):
 
 
 def test_workers_that_fit_count_whole_bundles_per_node():
-    from orchestrator.placement import workers_that_fit
+    from orchestrator.study.placement import workers_that_fit
 
     assert workers_that_fit({"CPU": 0.49}, [{"CPU": 1.99}]) == 4  # Ray's 1e-4 units: 4 * 0.49 <= 1.99
     assert workers_that_fit({"CPU": 2.0}, [{"CPU": 1.5}, {"CPU": 1.5}]) == 0  # 3 CPUs, no node holds 2
@@ -281,7 +281,7 @@ def test_workers_that_fit_count_whole_bundles_per_node():
     (1, {"CPU": 1.0, "GPU": 1.0}, ["cannot place 1 workers of {CPU 1, GPU 1}", "at most 0", "GPU 0"]),
 ])
 def test_an_unplaceable_request_is_named_with_what_the_cluster_has(num_workers, per_worker, words):
-    from orchestrator.placement import placement_problem
+    from orchestrator.study.placement import placement_problem
 
     problem = placement_problem(num_workers, per_worker, [{"CPU": 2.0, "memory": 1e9}])
     for word in words:
@@ -310,12 +310,13 @@ def test_a_worker_group_restart_starts_the_history_again(tmp_path):
     import io
     import json
 
-    from orchestrator.progress import Progress
-    from orchestrator.sweep import _recorder
+    from orchestrator.results.export import export
+    from orchestrator.study.progress import Progress
+    from orchestrator.study.runner import _recorder
 
     sweep = load_sweep(write(tmp_path, HEADER))
     results = tmp_path / "results"
-    recorder = _recorder(results, Progress(1, stream=io.StringIO()))
+    recorder = _recorder(results, Progress(1, stream=io.StringIO()), refresh=export)
     trial = _Trial(sweep.trials[0])
     recorder.on_trial_start(0, [], trial)
     for epochs in (3, 2):  # the first attempt dies after epoch 3, the second runs both epochs
@@ -338,7 +339,7 @@ def test_a_worker_group_restart_starts_the_history_again(tmp_path):
 def test_tunes_resume_advice_is_dropped():
     import logging
 
-    from orchestrator.sweep import _NoTuneResumeAdvice
+    from orchestrator.study.runner import _NoTuneResumeAdvice
 
     def record(text: str) -> logging.LogRecord:
         return logging.LogRecord("ray.tune.tune", logging.WARNING, __file__, 1, text, None, None)
@@ -351,7 +352,7 @@ def test_tunes_resume_advice_is_dropped():
 
 def test_no_summary_is_printed_before_any_trial_finished(tmp_path, capsys):
     from orchestrator.cli import _print_outcome
-    from orchestrator.export import export
+    from orchestrator.results.export import export
 
     (tmp_path / "trials").mkdir()
     export(tmp_path)

@@ -1,4 +1,4 @@
-"""Tests of orchestrator.settings (the one schema) and the training-loop CLI that validates through it."""
+"""Tests of orchestrator.study.settings (the one schema) and the training-loop CLI that validates through it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import compressors
-from orchestrator import settings, train_loop
+from orchestrator.study import settings, train_loop
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ def test_readme_settings_tables_equal_the_schema():
     text = (ROOT / "README.md").read_text()
     block = re.search(r"<!-- settings:start -->\n(.*?)<!-- settings:end -->", text, re.S)
     assert block, "README.md lacks the settings block"
-    assert block.group(1) == settings.markdown(), "README is stale: paste `python -m orchestrator.settings`"
+    assert block.group(1) == settings.markdown(), "README is stale: paste `python -m orchestrator.study.settings`"
 
 
 def test_every_setting_is_declared_once_with_a_doc():
@@ -76,7 +76,7 @@ def test_check_training_fills_defaults_and_the_compressor_parameters():
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.train_loop", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "orchestrator.study.train_loop", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

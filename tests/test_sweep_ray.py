@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.tables import RESULT_COLUMNS
+from orchestrator.results.tables import RESULT_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 300

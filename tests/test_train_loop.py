@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from orchestrator.env_info import CpuTicks, cpu_ticks, idle_share, steal_share
-from orchestrator.train_loop import train
+from orchestrator.study.env_info import CpuTicks, cpu_ticks, idle_share, steal_share
+from orchestrator.study.train_loop import train
 from tests.distributed import run_ranks
 
 SMALL_MLP = {"dataset": "mnist", "model": "mlp", "width": 128, "depth": 2, "batch_size": 64,

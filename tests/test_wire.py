@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compressors as C
-from compressors import registry, wire
+from compressors.core import registry, wire
 
 FIXED = struct.Struct("<4sBBBBIIIfQQ")  # the documented header layout, 40 bytes
 # Every registered compressor with each of its example parameter sets.

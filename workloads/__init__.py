@@ -7,7 +7,7 @@ from .dataset_types import DatasetFormatError, DatasetPair, Split
 from .datasets import DATA_DIR, DATASET_NAMES, DATASET_OPTIONS, build_dataset, dataset_options
 from .models import MODEL_NAMES, MODEL_OPTIONS, build_model, model_options
 from .sharding import shard_indices
-from .summary import model_summary
+from .model_summary import model_summary
 
 __all__ = [
     "DATASET_NAMES",

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compressors.params import SHAPE, Param
+from compressors.core.params import SHAPE, Param
 
 from .cifar10 import load_cifar10
 from .dataset_types import DatasetPair

@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from compressors.params import SHAPE, Param, resolve
+from compressors.core.params import SHAPE, Param, resolve
 
 from .alexnet import build_alexnet
 from .lenet import build_lenet5

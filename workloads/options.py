@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compressors.params import Param, resolve
+from compressors.core.params import Param, resolve
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ typedef long long i64;
 #define LP_WARPS (LP_THREADS / 32)
 #define LP_FULL 0xffffffffu
 
-// compressors.rng.uniform of one element: fmix32(index * GOLDEN ^ key) >> 8, times 2**-24.
+// compressors.core.rng.uniform of one element: fmix32(index * GOLDEN ^ key) >> 8, times 2**-24.
 __device__ __forceinline__ float lp_uniform(u32 key, u32 index) {
     u32 x = index * 0x9E3779B1u;
     x ^= key;
@@ -36,7 +36,7 @@ __device__ __forceinline__ i64 lp_pow2_ceil(i64 n) {
 }
 
 // ---------------------------------------------------------------- the fixed-order sum
-// compressors.pairwise defines it: a pairwise tree over a row padded with zeros to a power of
+// compressors.core.pairwise defines it: a pairwise tree over a row padded with zeros to a power of
 // two, left + right at every node, in float64. Any evaluation that adds the same nodes gives the
 // same bits, so a kernel may cut the tree into aligned subtrees (a warp's 32 leaves, a thread's
 // run, a block's span), sum each one, then add the subtrees' sums as the tree's upper levels.

@@ -1,4 +1,4 @@
-// maxmin (compressors/maxmin.py, kernels/maxmin.py): per bucket its float32 min and max (NaN for
+// maxmin (compressors/codecs/maxmin.py, kernels/maxmin.py): per bucket its float32 min and max (NaN for
 // both where it holds a NaN, a zero as +0.0), then each entry's level floor((x - min) / unit + u)
 // in float64, clamped to [0, 2**bits - 1], packed little-endian: eight levels fill `bits` bytes.
 //

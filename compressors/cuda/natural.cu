@@ -1,4 +1,4 @@
-// natural (compressors/natural.py, kernels/natural.py): integer steps on the float32 bits. An
+// natural (compressors/codecs/natural.py, kernels/natural.py): integer steps on the float32 bits. An
 // entry's exponent code is E + (U < 2 m) for a finite entry (at most 254), E for an infinity, 0 for
 // a NaN (sent as -0's code); its sign bit 1 for a negative nonzero code or a NaN.
 //

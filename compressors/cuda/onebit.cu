@@ -1,4 +1,4 @@
-// 1-bit SGD (compressors/onebit.py): per row of the groups' matrix (a column grouping's is the
+// 1-bit SGD (compressors/codecs/onebit.py): per row of the groups' matrix (a column grouping's is the
 // transpose of the 2-D view: onebit_transpose first), the means of the entries >= 0 and < 0, their
 // sums the fixed-order float64 tree over exactly the power of two at or above the row's length (a
 // row of -0.0 sums to -0.0 only so), and one bit per entry (1: >= 0, a NaN is < 0), LSB first over

@@ -1,4 +1,4 @@
-// QSGD (compressors/qsgd.py, terngrad.py): per bucket a norm (absmax or the l2 norm as the
+// QSGD (compressors/codecs/qsgd.py, terngrad.py): per bucket a norm (absmax or the l2 norm as the
 // fixed-order float64 tree), then each entry's code, sign << (bits-1) | level, the level rounded
 // stochastically with lp_uniform(key, index). Codes are packed `bits` bits each, LSB first: 8 codes
 // fill `bits` bytes, so the groups of 8 (aligned to the tensor's start) are byte-aligned whatever

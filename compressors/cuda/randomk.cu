@@ -1,4 +1,4 @@
-// Random-k (compressors/randomk.py): the k entries with the largest counter-hash draws u_i, ties by
+// Random-k (compressors/codecs/randomk.py): the k entries with the largest counter-hash draws u_i, ties by
 // ascending index (kernels/randomk.py's _chosen), their values in ascending index order.
 //
 // u_i = h_i * 2**-24 with h_i a 24-bit integer, so ranking h ranks u. A radix select on h: a

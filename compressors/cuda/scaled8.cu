@@ -1,4 +1,4 @@
-// dynamic8 and linear8 (compressors/scaled8.py, kernels/scaled8.py): one absolute maximum per
+// dynamic8 and linear8 (compressors/codecs/scaled8.py, kernels/scaled8.py): one absolute maximum per
 // bucket of `row` entries (block, or the whole tensor), then one code byte per entry.
 //
 // Encode, by the bucket's length (the glue picks):

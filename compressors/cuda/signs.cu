@@ -1,7 +1,7 @@
-// signsgd, efsignsgd, scaledsign (compressors/signs.py, kernels/signs.py): one float32 scale per
+// signsgd, efsignsgd, scaledsign (compressors/codecs/signs.py, kernels/signs.py): one float32 scale per
 // tensor, one bit per entry (1 for x >= 0), eight to a byte, little-endian.
 //
-// The l1/l2 scales are compressors.pairwise's fixed-order float64 tree over the whole tensor
+// The l1/l2 scales are compressors.core.pairwise's fixed-order float64 tree over the whole tensor
 // padded with zeros to a power of two. signs_bits cuts it into aligned subtrees of SPAN = 4096
 // leaves: one block per subtree (grid-stride), each thread the 16-leaf subtree of its 16 entries
 // summed in registers, lp_block_tree adding the 256 of them; the subtree's sum goes to

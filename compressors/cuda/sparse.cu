@@ -1,4 +1,4 @@
-// Top-k and adaptive (compressors/sparse.py): exact selection by a radix select, adaptive's body
+// Top-k and adaptive (compressors/codecs/topk.py, adaptive.py): exact selection by a radix select, adaptive's body
 // (entries, group offsets, region means), LBANN's sampled selection, and the decoders. Byte for
 // byte compressors/kernels/select.py.
 //
@@ -50,8 +50,8 @@
 #define SP_ST_LOWPOS 7   // sampled: the thresholds' keys
 #define SP_ST_LOWNEG 8
 
-#define SP_SAMPLES 1024      // compressors.sparse.THRESHOLD_SAMPLES
-#define SP_MEAN_SAMPLES 128  // compressors.sparse.MEAN_SAMPLES
+#define SP_SAMPLES 1024      // compressors.codecs.adaptive.THRESHOLD_SAMPLES
+#define SP_MEAN_SAMPLES 128  // compressors.codecs.adaptive.MEAN_SAMPLES
 
 // select.magnitude_key of float32 bits.
 __device__ __forceinline__ u32 sparse_key(u32 w) {

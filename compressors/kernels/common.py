@@ -38,7 +38,7 @@ def bits_f32(typingctx, x):
 
 @njit(**INLINE)
 def uniform(key, index):
-    """compressors.rng.uniform of one element: fmix32(index * GOLDEN ^ key) >> 8, times 2**-24.
+    """compressors.core.rng.uniform of one element: fmix32(index * GOLDEN ^ key) >> 8, times 2**-24.
 
     Each step is truncated to uint32 (Numba widens uint32 * uint32 to 64 bits), so that the
     loops calling it vectorise over 8 lanes of 32 bits."""
@@ -64,7 +64,7 @@ def absmax(x, lo, hi):
 
 
 # ---------------------------------------------------------------- the fixed-order sum
-# compressors.pairwise defines it: a pairwise tree over the row padded with zeros to a
+# compressors.core.pairwise defines it: a pairwise tree over the row padded with zeros to a
 # power of two, left + right, in float64. These build it in one pass with a stack of
 # partial sums (a binary counter): a node of level k sums 2**k leaves.
 

@@ -1,9 +1,9 @@
-"""The max-min quantizer (compressors.maxmin) on the CPU.
+"""The max-min quantizer (compressors.codecs.maxmin) on the CPU.
 
 Bucket by bucket: its min and max (NaN if it holds one, a zero as +0.0), then its entries'
 levels from the float64 unit and the counter-hash draw (common.uniform), into a scratch of
 one byte an entry. The levels are then packed eight at a time: eight codes of ``bits`` bits
-fill ``bits`` bytes exactly (the little-endian stream of compressors.bits), the last group
+fill ``bits`` bytes exactly (the little-endian stream of compressors.core.bits), the last group
 as many bytes as remain. Decode reads each code from its bit offset, bucket by bucket.
 """
 from __future__ import annotations

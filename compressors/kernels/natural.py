@@ -1,4 +1,4 @@
-"""Natural compression (compressors.natural) on the CPU: integer steps on the float32 bits.
+"""Natural compression (compressors.codecs.natural) on the CPU: integer steps on the float32 bits.
 
 Exponent field ``E``, mantissa ``m``: the code is ``E + (U < 2 m)`` for a finite entry (at most
 254), ``E`` for an infinity, and a NaN is sent as the code of -0; ``U`` is the counter hash's

@@ -1,7 +1,7 @@
-"""1-bit SGD (compressors.onebit): per row of the groups' matrix (onebit.group_shape; the caller
+"""1-bit SGD (compressors.codecs.onebit): per row of the groups' matrix (onebit.group_shape; the caller
 passes a column grouping transposed), the means of the entries >= 0 and < 0.
 
-The sums behind the means follow compressors.pairwise (a pairwise tree in
+The sums behind the means follow compressors.core.pairwise (a pairwise tree in
 float64, zero-padded to a power of two), built with a stack of nodes
 (common.tree_push). Aligned runs of 32 entries are summed in vector IR
 (``_block32``: four groups of 8 transposed into lanes, so each lane adds its

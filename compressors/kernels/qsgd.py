@@ -1,4 +1,4 @@
-"""QSGD on the CPU: the body of compressors.qsgd.QSGD, bits 2..8, max or l2 norms.
+"""QSGD on the CPU: the body of compressors.codecs.qsgd.QSGD, bits 2..8, max or l2 norms.
 
 Encode walks the tensor bucket by bucket: a bucket's norm, then its codes
 (the bucket is then in cache). Eight codes of b bits fill b bytes exactly,
@@ -36,7 +36,7 @@ def _square(v):
 
 @njit(**INLINE)
 def _l2(x, lo, hi, sums, levels):
-    """The bucket's l2 norm as compressors.pairwise sums it: a tree over the squares, float64.
+    """The bucket's l2 norm as compressors.core.pairwise sums it: a tree over the squares, float64.
 
     Whole aligned groups of eight leaves are summed in registers and pushed as one level-3 node.
     ``tree_total`` pads with zeros to the power of two above ``hi - lo``; the reference pads

@@ -1,6 +1,6 @@
-"""Random-k (compressors.randomk) on the CPU: the counter-hash draws, the k largest of them.
+"""Random-k (compressors.codecs.randomk) on the CPU: the counter-hash draws, the k largest of them.
 
-The draws ``u_i`` (common.uniform, as compressors.rng makes them) are non-negative float32,
+The draws ``u_i`` (common.uniform, as compressors.core.rng makes them) are non-negative float32,
 so their bits order as their values and select.select_largest (the radix select of top-k)
 chooses the same k entries as the reference: the largest, ties by ascending index.
 """

@@ -1,4 +1,4 @@
-"""Dettmers' dynamic tree and linear 8-bit types, scaled by the absolute maximum (compressors.scaled8).
+"""Dettmers' dynamic tree and linear 8-bit types, scaled by the absolute maximum (compressors.codecs.scaled8).
 
 Body: the block maxima (float32), then one code per element. ``block = 0``
 is one block. Decode checks the codes in a first pass (linear8 never emits

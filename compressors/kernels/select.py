@@ -1,4 +1,4 @@
-"""Top-k and adaptive (compressors.sparse): exact selection by a radix select, then the bodies;
+"""Top-k and adaptive (compressors.codecs.topk, .adaptive): exact selection by a radix select, then the bodies;
 adaptive's sampled selection (LBANN's thresholds and means from random samples).
 
 The selection ranks the reference's ``nan_to_num(|v|, nan=inf)`` as integer
@@ -11,7 +11,7 @@ The two ascending lists are then merged: two passes over the input, no sort.
 
 Decoders validate the whole payload before writing into ``out`` and return 0,
 or 1 + the number of the first check that failed, in the order the reference
-runs its checks (compressors.sparse words the messages).
+runs its checks (the codecs word the messages).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .common import F32, INLINE, JIT, bits_f32, uniform
 _LOW_BITS = 15  # keys have 31 bits: a 16-bit top digit, a 15-bit low one
 _LOW_MASK = (1 << _LOW_BITS) - 1
 _INF = 0x7F800000
-# compressors.sparse's sample sizes (LBANN's).
+# compressors.codecs.adaptive's sample sizes (LBANN's).
 THRESHOLD_SAMPLES = 1024
 MEAN_SAMPLES = 128
 
@@ -191,13 +191,13 @@ def adaptive_encode(bits, k, rows, cols, ints, floats, entries, wide):
 
 @njit(**INLINE)
 def _position(key, index, bound):
-    """A position in [0, bound) from the counter hash (compressors.sparse._positions)."""
+    """A position in [0, bound) from the counter hash (compressors.codecs.adaptive._positions)."""
     return (np.int64(uniform(key, index) * F32(16777216.0)) * bound) >> 24
 
 
 @njit(**INLINE)
 def _sparse_tree_sum(at, values, m, levels):
-    """compressors.pairwise's tree over 2**levels leaves, zero but for the ``m`` at ascending
+    """compressors.core.pairwise's tree over 2**levels leaves, zero but for the ``m`` at ascending
     positions ``at`` (overwritten, as ``values``): level by level, a node with one child present
     is that child, as child + 0.0 is for the nonzero values of one sign that the means sum."""
     for _ in range(levels):
@@ -220,7 +220,7 @@ def _sparse_tree_sum(at, values, m, levels):
 
 @njit(**JIT)
 def adaptive_sampled_encode(bits, key, keep, capacity, rows, cols, ints, floats, entries, wide):
-    """compressors.sparse._sampled, then the body as ``adaptive_encode`` writes it; the entries
+    """compressors.codecs.adaptive._sampled, then the body as ``adaptive_encode`` writes it; the entries
     after the ones sent, up to ``capacity``, are zero bytes."""
     n = bits.size
     width = 4 if wide else 2

@@ -1,6 +1,6 @@
-"""The sign methods (compressors.signs) on the CPU: one scale per tensor, one bit per entry.
+"""The sign methods (compressors.codecs.signs) on the CPU: one scale per tensor, one bit per entry.
 
-The l1 and l2 scales follow compressors.pairwise (a tree over the row, float64): aligned
+The l1 and l2 scales follow compressors.core.pairwise (a tree over the row, float64): aligned
 groups of eight leaves are summed in registers as ((a+b)+(c+d))+((e+f)+(g+h)) and pushed as
 one level-3 node (common.tree_push), the rest leaf by leaf. Bits: 1 for an entry >= 0,
 eight entries to a byte, little-endian.
@@ -12,7 +12,7 @@ from numba import njit
 
 from .common import F32, INLINE, JIT, TREE_DEPTH, tree_push, tree_total
 
-SIGN_MAX, L1_MEAN, L2_RMS = 0, 1, 2  # compressors.signs numbers them alike
+SIGN_MAX, L1_MEAN, L2_RMS = 0, 1, 2  # compressors.codecs.signs numbers them alike
 
 
 @njit(**INLINE)

@@ -1,0 +1,290 @@
+"""Averaging lists of gradients across a process group, compressed or not.
+
+Each function here is a *program* (``compressors.comm.pipeline``): a generator
+that works in place on its tensors, yields each collective it starts
+(``async_op=True``) and returns a ``StepStats``; ``pipeline.run`` runs it to
+completion, ``pipeline.Pipeline`` overlapped. Phase k's collective goes over
+``groups[k]`` (the same group twice when run to completion). Every program
+gives the same result on every rank (decoded values are summed in rank order
+everywhere), runs on gloo with CPU tensors and on NCCL with CUDA tensors. All
+tensors of one call travel in one collective per phase; on gloo, a large
+all_to_all or all_gather goes as point-to-point messages with the receives
+posted first (``compressors.comm.exchange``: gloo's own collectives reach half the
+link rate), the same bytes to the same places.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+from . import accounting, exchange
+from ..core import wire
+from ..core.base import Compressor
+from .feedback import ErrorFeedback
+from .pipeline import Program
+from .stats import StepStats
+
+Groups = Sequence["dist.ProcessGroup | None"]
+
+
+class _Phases:
+    """Charges wall time to phases; waits for the GPU so its work lands in the right phase."""
+
+    def __init__(self, stats: StepStats, device: torch.device) -> None:
+        self.stats = stats
+        self.cuda = device.type == "cuda"
+        self.last = self._now()
+
+    def _now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def charge(self, phase: str) -> None:
+        """Add the time since the last charge to ``phase`` (encode or decode)."""
+        now = self._now()
+        setattr(self.stats, f"{phase}_s", getattr(self.stats, f"{phase}_s") + now - self.last)
+        self.last = now
+
+    def collective(self, completed_at: float) -> None:
+        """The collective started at the last charge completed at ``completed_at``: its span is comm time.
+        Time from then to now (a stage waiting for its turn) is no phase's."""
+        self.stats.comm_s += completed_at - self.last
+        self.stats.comm_spans.append((self.last, completed_at))
+        self.last = self._now()
+
+
+# torch 2.13 renamed all_gather_into_tensor (and deprecated the old name); 2.11 has only the old one.
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def _gather_into(out: torch.Tensor, mine: torch.Tensor, world: int,
+                 group: dist.ProcessGroup | None) -> dist.Work | exchange.Exchange | None:
+    """All-gather ``mine`` (the same size on every rank) into ``out``; its work."""
+    if world == 1:
+        out.copy_(mine)
+        return None
+    if exchange.use_exchange(mine, mine.numel() * mine.element_size()):
+        return exchange.all_gather(out, mine, group)
+    return _all_gather(out, mine, group=group, async_op=True)
+
+
+def world_of(group: dist.ProcessGroup | None) -> tuple[int, int]:
+    """(rank, world size) in ``group``; (0, 1) without an initialised process group."""
+    if not dist.is_available() or not dist.is_initialized():
+        return 0, 1
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def allreduce_native(tensors: list[torch.Tensor], wire_dtype: torch.dtype, groups: Groups) -> Program:
+    """Fused all_reduce of the tensors cast to ``wire_dtype`` (the fp32/fp16/bf16 baselines)."""
+    stats = StepStats(numel=sum(t.numel() for t in tensors))
+    if not tensors:
+        return stats
+    rank, world = world_of(groups[0])
+    phases = _Phases(stats, tensors[0].device)
+    # Divide before summing, as DDP does: a 16-bit sum can overflow where the mean fits.
+    flat = torch.cat([t.reshape(-1).to(wire_dtype) for t in tensors]).div_(world)
+    phases.charge("encode")
+    phases.collective((yield dist.all_reduce(flat, group=groups[0], async_op=True) if world > 1 else None))
+    flat = flat.to(torch.float32)
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset:offset + t.numel()].view(t.shape))
+        offset += t.numel()
+    phases.charge("decode")
+    stats.bytes_sent = accounting.ring_allreduce_bytes(flat.numel() * wire_dtype.itemsize, world)
+    return stats
+
+
+def _compensate(ef: ErrorFeedback | None, key: int | tuple, x: torch.Tensor) -> torch.Tensor:
+    return ef.compensate(key, x) if ef is not None else x.to(torch.float32)
+
+
+def allgather_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Compressor,
+                         ef: ErrorFeedback | None, step: int, groups: Groups) -> Program:
+    """Every rank encodes, payloads are all-gathered, every rank decodes all and sums."""
+    stats = StepStats(numel=sum(t.numel() for t in tensors))
+    if not tensors:
+        return stats
+    rank, world = world_of(groups[0])
+    phases = _Phases(stats, tensors[0].device)
+    payloads = []
+    for key, t in zip(keys, tensors):
+        v = _compensate(ef, key, t)
+        payload = compressor.encode(v, step=step, rank=rank, stream=_stream(key, 0, world))
+        if ef is not None:
+            ef.update(key, v, compressor.decode(payload))
+        payloads.append(payload)
+    mine = torch.cat(payloads)
+    gathered = torch.empty(world * mine.numel(), dtype=torch.uint8, device=mine.device)
+    phases.charge("encode")
+    phases.collective((yield _gather_into(gathered, mine, world, groups[0])))
+    sizes = [p.numel() for p in payloads]
+    for i, t in enumerate(tensors):
+        start = sum(sizes[:i])
+        total = torch.zeros(t.shape, dtype=torch.float32, device=t.device)
+        for r in range(world):  # decode-add: one pass per payload where the kernels allow
+            base = r * mine.numel() + start
+            compressor.decode(gathered[base:base + sizes[i]], out=total, add=True)
+        t.copy_(total.div_(world))
+    phases.charge("decode")
+    stats.bytes_sent = accounting.allgather_bytes(mine.numel(), world)
+    return stats
+
+
+def _stream(key: int, part: int, world: int) -> int:
+    """A distinct random stream per tensor and chunk (part ``world`` is the server's re-encode)."""
+    return (key & 0xFFFFFF) * (world + 1) + part
+
+
+def split(shape: tuple[int, ...], world: int, key: int, axis: int = 0) -> list[tuple[int, int]]:
+    """Ranges ``[start, stop)`` of the 2-D view's rows (``axis`` 0) or columns (1), one per rank.
+
+    They are split as evenly as possible (the first ``n % world`` ranks get
+    one more); a tensor with a single row (0-D/1-D) goes whole to one rank,
+    chosen by its key to spread the load, as the row range ``(0, 1)`` (its
+    axis is 0 whatever ``axis`` says: see ``chunk_axis``).
+    """
+    rows, cols = wire.matrix_shape(shape)
+    if rows == 1:
+        owner = key % world
+        return [(0, 1) if r == owner else (0, 0) for r in range(world)]
+    base, extra = divmod(cols if axis else rows, world)
+    bounds, start = [], 0
+    for r in range(world):
+        stop = start + base + (1 if r < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def chunk_axis(shape: tuple[int, ...], compressor: Compressor) -> int:
+    """The axis ``split`` cuts along for this compressor: its ``split_axis``, but rows for a single row."""
+    return compressor.split_axis if wire.matrix_shape(shape)[0] > 1 else 0
+
+
+def chunk_shape(shape: tuple[int, ...], bounds: tuple[int, int], axis: int) -> tuple[int, ...]:
+    """The shape one rank's chunk of a ``shape`` tensor is encoded in: a slice of the 2-D view, or
+    1-D for a 0-D/1-D tensor (see ``_chunk``)."""
+    rows, cols = wire.matrix_shape(shape)
+    n = bounds[1] - bounds[0]
+    if len(shape) < 2:
+        return (n * cols,)
+    return (n, cols) if axis == 0 else (rows, n)
+
+
+def _chunk(matrix: torch.Tensor, bounds: tuple[int, int], axis: int, flat: bool) -> torch.Tensor:
+    # A column range is not contiguous; the compressors take contiguous input.
+    piece = matrix[bounds[0]:bounds[1]] if axis == 0 else matrix[:, bounds[0]:bounds[1]].contiguous()
+    # A 0-D/1-D tensor's single row is encoded 1-D, as a whole tensor would be: as a (1, n) matrix its
+    # columns would be n groups of one entry for the column-grouping methods.
+    return piece.reshape(-1) if flat else piece
+
+
+def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Compressor,
+                   ef: ErrorFeedback | None, server_ef: ErrorFeedback | None, step: int,
+                   groups: Groups) -> Program:
+    """Reduce-scatter then all-gather, both compressed (the CNTK/LBANN/DeepSpeed/CGX pattern).
+
+    Each rank encodes one chunk per destination; ``all_to_all_single`` sends
+    chunk r to rank r, which decodes and averages the N copies of its chunk,
+    adds its server residual and re-encodes; ``all_gather`` spreads the
+    re-encoded chunks and every rank decodes them into the full tensor.
+    """
+    stats = StepStats(numel=sum(t.numel() for t in tensors))
+    if not tensors:
+        return stats
+    rank, world = world_of(groups[0])
+    device = tensors[0].device
+    phases = _Phases(stats, device)
+    layout = []  # per tensor: (shape, chunk bounds per rank, axis of the chunks)
+    per_dest: list[list[torch.Tensor]] = [[] for _ in range(world)]
+    for key, t in zip(keys, tensors):
+        shape2 = wire.matrix_shape(tuple(t.shape))
+        axis = chunk_axis(tuple(t.shape), compressor)
+        bounds = split(tuple(t.shape), world, key, axis)
+        layout.append((tuple(t.shape), bounds, axis))
+        flat = t.dim() < 2
+        # The residual lives in the 2-D view's shape, step after step.
+        v = _compensate(ef, key, t.reshape(shape2))
+        scale = {"absmax": float(v.abs().amax())} if compressor.scales_by_tensor and v.numel() else {}
+        decoded = []
+        for r in range(world):
+            payload = compressor.encode(_chunk(v, bounds[r], axis, flat), step=step, rank=rank,
+                                        stream=_stream(key, r, world), **scale)
+            per_dest[r].append(payload)
+            if ef is not None:
+                decoded.append(compressor.decode(payload))
+        if ef is not None:
+            ef.update(key, v, torch.cat(decoded, dim=axis).reshape(shape2))
+    send_sizes = [sum(p.numel() for p in ps) for ps in per_dest]
+    send = torch.cat([p for ps in per_dest for p in ps])
+    # What every rank sends to me has the size of my chunks' payloads.
+    my_sizes = [compressor.payload_nbytes(chunk_shape(s, b[rank], a)) for s, b, a in layout]
+    recv = torch.empty(world * sum(my_sizes), dtype=torch.uint8, device=device)
+    phases.charge("encode")
+    work = None
+    if world == 1:
+        recv.copy_(send)
+    elif exchange.use_exchange(send, max(send_sizes)):  # rank r's chunks' size: the same on every rank
+        work = exchange.all_to_all(recv, [sum(my_sizes)] * world, send, send_sizes, groups[0])
+    else:
+        work = dist.all_to_all_single(recv, send, output_split_sizes=[sum(my_sizes)] * world,
+                                      input_split_sizes=send_sizes, group=groups[0], async_op=True)
+    phases.collective((yield work))
+
+    # Server side: average my chunk of every tensor, re-encode it.
+    means = []
+    for i, (shape, bounds, axis) in enumerate(layout):
+        total = torch.zeros(chunk_shape(shape, bounds[rank], axis), dtype=torch.float32, device=device)
+        for r in range(world):
+            start = r * sum(my_sizes) + sum(my_sizes[:i])
+            compressor.decode(recv[start:start + my_sizes[i]], out=total, add=True)
+        total /= world
+        means.append(_compensate(server_ef, keys[i], total))
+    phases.charge("decode")
+    scales: list[dict[str, float]] = [{} for _ in means]
+    if compressor.scales_by_tensor:
+        # Each server holds a chunk of the mean; one small all_reduce gives them the tensor's maximum
+        # (NaN counts as 0 so that MAX is order-free; a chunk's own NaN still shows in its encoding).
+        maxima = torch.stack([torch.nan_to_num(w.abs().amax(), nan=0.0) if w.numel() else w.new_zeros(())
+                              for w in means])
+        work = None if world == 1 else dist.all_reduce(maxima, op=dist.ReduceOp.MAX, group=groups[0], async_op=True)
+        phases.collective((yield work))
+        scales = [{"absmax": float(m)} for m in maxima.tolist()]
+        stats.bytes_sent += accounting.ring_allreduce_bytes(maxima.numel() * 4, world)
+    server_payloads = []
+    for key, w, scale in zip(keys, means, scales):
+        payload = compressor.encode(w, step=step, rank=rank, stream=_stream(key, world, world), **scale)
+        if server_ef is not None:
+            server_ef.update(key, w, compressor.decode(payload))
+        server_payloads.append(payload)
+        phases.charge("encode")
+    mine = torch.cat(server_payloads)
+
+    # Chunks differ in size by a row at most; all_gather needs equal sizes, so pad.
+    sizes_of = [[compressor.payload_nbytes(chunk_shape(s, b[r], a)) for s, b, a in layout] for r in range(world)]
+    width = max(sum(s) for s in sizes_of)
+    padded = torch.zeros(width, dtype=torch.uint8, device=device)
+    padded[:mine.numel()] = mine
+    gathered = torch.empty(world * width, dtype=torch.uint8, device=device)
+    phases.charge("encode")
+    phases.collective((yield _gather_into(gathered, padded, world, groups[1])))
+
+    for i, (t, (shape, bounds, axis)) in enumerate(zip(tensors, layout)):
+        whole = torch.empty(wire.matrix_shape(shape), dtype=torch.float32, device=device)
+        for r in range(world):
+            start = r * width + sum(sizes_of[r][:i])
+            payload = gathered[start:start + sizes_of[r][i]]
+            if axis == 0:  # each rank's rows decode in place
+                compressor.decode(payload, out=whole[bounds[r][0]:bounds[r][1]])
+            else:
+                whole[:, bounds[r][0]:bounds[r][1]] = compressor.decode(payload)
+        t.copy_(whole.reshape(t.shape))
+    phases.charge("decode")
+    stats.bytes_sent += accounting.alltoall_bytes(send_sizes, rank) + accounting.allgather_bytes(width, world)
+    return stats

@@ -1,0 +1,311 @@
+"""The compressor interface: encode to a validated payload, decode back.
+
+Every compressor has the torch implementation (``impl="reference"``: the
+oracle, and the path for any device) and, where it has CPU kernels, a Numba
+one (``impl="numba"``) that gives the same payload bytes and the same decoded
+bits, and for CUDA tensors a CUDA one through CuPy (``impl="cuda"``,
+``compressors/cuda``) that gives them too. ``impl="auto"`` (the default) takes
+Numba for CPU tensors and CUDA for CUDA tensors where the compressor has such
+kernels and Numba or CuPy is installed, else the reference.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+import struct
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from . import registry, wire
+from .params import SEED, Param, resolve
+
+
+IMPLS = ("auto", "reference", "numba", "cuda")
+
+
+def get(name: str, **params: Any) -> Compressor:
+    """A configured codec; ValueError names valid choices or ranges. ``impl="auto" | "reference" |
+    "numba" | "cuda"`` picks its implementation (see ``Compressor``)."""
+    return registry.codec_class(name)(**params)
+
+
+def _as_f32(value: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+@functools.cache
+def numba_installed() -> bool:
+    return importlib.util.find_spec("numba") is not None
+
+
+@functools.cache
+def cupy_installed() -> bool:
+    return importlib.util.find_spec("cupy") is not None
+
+
+class Compressor(ABC):
+    """Base of every compressor.
+
+    A concrete subclass declares ``name`` and ``wire_id`` in its own class
+    body (which registers it: see ``compressors.core.registry``), ``params`` (each
+    with a one-line ``doc``) and ``examples``, and implements ``_body_nbytes``,
+    ``_encode_body`` and ``_decode_body`` (and ``_header_params`` if it has
+    parameters that change the layout).  A class without ``name`` of its own
+    (a shared intermediate base) does not register.
+    ``encode`` takes ``step``, ``rank`` and ``stream`` (a tensor id) so that
+    stochastic methods draw reproducible random numbers; the others ignore them.
+    """
+
+    name: ClassVar[str]
+    # The header's compressor id, 1..255, unique; never reuse one a released payload format used.
+    wire_id: ClassVar[int]
+    params: ClassVar[tuple[Param, ...]] = ()
+    # Parameter sets the contract tests run this compressor with (each is checked at registration).
+    examples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
+    # Biased methods (sparse, 1-bit) only converge with residual memory.
+    needs_error_feedback: ClassVar[bool] = False
+    # The body holds indices (checked by decode): not every body of the right length is valid.
+    sparse: ClassVar[bool] = False
+    # Set when the body is the tensor cast to this dtype: the method can then travel through a
+    # native all_reduce of the cast tensor (``compressors.CASTS``).
+    cast_dtype: ClassVar[torch.dtype | None] = None
+    # Set by a compressor that implements ``_encode_numba`` and ``_decode_numba``.
+    has_numba: ClassVar[bool] = False
+    # The CUDA program (``compressors/cuda/<cuda_program>.cu``) of a compressor that implements
+    # ``_encode_cuda`` and ``_decode_cuda``; None: no CUDA kernels.
+    cuda_program: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            registry.register(cls)
+
+    def __init__(self, *, impl: str = "auto", **params: Any) -> None:
+        self.config = resolve(self.name, self.params + (SEED,), params)
+        problem = self.relations(self.config)
+        if problem:
+            raise ValueError(f"{self.name}: {problem}")
+        for key, value in self.config.items():
+            setattr(self, key, value)
+        if impl not in IMPLS:
+            raise ValueError(f"{self.name}: impl must be one of {', '.join(IMPLS)}, got {impl!r}")
+        if impl == "numba" and not self.has_numba:
+            raise ValueError(f"{self.name} has no Numba kernels: use impl 'reference' or 'auto'")
+        if impl == "numba" and not numba_installed():
+            raise ValueError(f"{self.name}: impl 'numba' needs the numba package (pip install numba)")
+        if impl == "cuda" and not self.has_cuda:
+            raise ValueError(f"{self.name} has no CUDA kernels: use impl 'reference' or 'auto'")
+        if impl == "cuda" and not cupy_installed():
+            raise ValueError(f"{self.name}: impl 'cuda' needs CuPy (pip install 'lowprec[cuda12]' or 'lowprec[cuda13]', "
+                             "after your CUDA major version)")
+        self.impl = impl
+
+    @classmethod
+    def relations(cls, params: dict[str, Any]) -> str | None:
+        """What is wrong with parameters that are valid one by one but not together (None: nothing)."""
+        return None
+
+    @property
+    def scales_by_tensor(self) -> bool:
+        """Whether a piece of a tensor encoded on its own (sra's chunks) is to be scaled by the whole
+        tensor's absolute maximum, given to ``encode`` as ``absmax``."""
+        return False
+
+    @property
+    def split_axis(self) -> int:
+        """The axis of the 2-D view (``wire.matrix_shape``) along which sra splits a tensor among the
+        ranks: rows (0), unless a method's groups are columns (1), so that every chunk holds whole
+        groups and the statistics are those of the whole tensor's groups."""
+        return 0
+
+    @property
+    def has_cuda(self) -> bool:
+        return self.cuda_program is not None
+
+    def uses_numba(self, device: torch.device | str) -> bool:
+        """Whether tensors on ``device`` go through the Numba kernels."""
+        if torch.device(device).type != "cpu":
+            if self.impl == "numba":
+                raise ValueError(f"{self.name}: impl 'numba' runs on CPU tensors, not on {device}")
+            return False
+        if self.impl == "cuda":
+            raise ValueError(f"{self.name}: impl 'cuda' runs on CUDA tensors, not on {device}")
+        return self.impl == "numba" or (self.impl == "auto" and self.has_numba and numba_installed())
+
+    def uses_cuda(self, device: torch.device | str) -> bool:
+        """Whether tensors on ``device`` go through the CUDA kernels."""
+        if torch.device(device).type != "cuda":
+            return False
+        return self.impl == "cuda" or (self.impl == "auto" and self.has_cuda and cupy_installed())
+
+    def _cuda_kernels(self, device: torch.device) -> Any:
+        from ..cuda import launch
+
+        return launch.kernels(self.cuda_program, torch.device(device).index or 0)
+
+    def warm_up(self, device: torch.device | str = "cpu") -> None:
+        """Compile (or load from the cache) the kernels a step on ``device`` will run, so that no timed
+        step pays for it: encode, decode and decode-add of a small tensor."""
+        if self.uses_numba(device) or self.uses_cuda(device):
+            x = torch.linspace(-1.0, 1.0, 96, device=device).view(4, 24)
+            out = torch.zeros(4, 24, device=device)
+            payload = self.encode(x)
+            self.decode(payload, out=out)
+            self.decode(payload, out=out, add=True)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
+        return f"{type(self).__name__}({args})"
+
+    # -- layout -----------------------------------------------------------
+    def _header_params(self, shape: tuple[int, ...]) -> tuple[int, int, int, float]:
+        return (0, 0, 0, 0.0)
+
+    @abstractmethod
+    def _body_nbytes(self, shape: tuple[int, ...]) -> int:
+        """Body size in bytes for a tensor of ``shape``."""
+
+    def payload_nbytes(self, shape: tuple[int, ...] | torch.Size) -> int:
+        """Exact payload size in bytes for a tensor of ``shape``."""
+        shape = tuple(int(s) for s in shape)
+        return wire.header_nbytes(len(shape)) + self._body_nbytes(shape)
+
+    # -- encode / decode --------------------------------------------------
+    def encode(self, x: torch.Tensor, *, step: int = 0, rank: int = 0, stream: int = 0,
+               out: torch.Tensor | None = None, absmax: float | None = None) -> torch.Tensor:
+        """Encode ``x`` (float tensor, any shape) into a 1-D uint8 payload on ``x.device``; into
+        ``out`` (a uint8 tensor of ``payload_nbytes(x.shape)`` bytes, reused across steps) if given.
+        ``absmax``: the absolute maximum of the tensor ``x`` is a piece of, for a method that
+        ``scales_by_tensor`` (it scales by the larger of it and x's own; a NaN is ignored)."""
+        if not torch.is_tensor(x) or not x.is_floating_point():
+            raise TypeError(f"{self.name}: expected a floating-point tensor, got {type(x).__name__}"
+                            f"{'' if not torch.is_tensor(x) else ' of ' + str(x.dtype)}")
+        if absmax is not None and not self.scales_by_tensor:
+            raise ValueError(f"{self.name}: encode(absmax=) is for a method that scales by the whole tensor "
+                             f"(dynamic8 or linear8 with scope 'tensor'), not {self!r}")
+        extra = {} if absmax is None else {"absmax": absmax}
+        shape = tuple(x.shape)
+        body_nbytes = self._body_nbytes(shape)
+        header = wire.encode_header(self.name, x.dtype if x.dtype in wire.DTYPE_CODES else torch.float32,
+                                    shape, self._header_params(shape), body_nbytes)
+        if out is not None:
+            _check_out(self.name, out, torch.uint8, len(header) + body_nbytes, x.device)
+        flat = x.detach().reshape(-1).to(torch.float32)
+        if self.uses_cuda(x.device):
+            k = self._cuda_kernels(x.device)
+            payload = out if out is not None else torch.empty(len(header) + body_nbytes, dtype=torch.uint8,
+                                                              device=x.device)
+            payload[:len(header)].copy_(torch.frombuffer(bytearray(header), dtype=torch.uint8))
+            with k.on_stream():  # the glue's scratch, copies and reads on the launches' stream
+                self._encode_cuda(k, k.as_array(flat.contiguous()), k.as_array(payload)[len(header):], shape,
+                                  step=step, rank=rank, stream=stream, **extra)
+            return payload
+        if self.uses_numba(x.device):
+            payload = out if out is not None else torch.empty(len(header) + body_nbytes, dtype=torch.uint8)
+            array = payload.numpy()
+            array[:len(header)] = np.frombuffer(header, dtype=np.uint8)
+            self._encode_numba(flat.contiguous().numpy(), array[len(header):], shape,
+                               step=step, rank=rank, stream=stream, **extra)
+            return payload
+        body = self._encode_body(flat, shape, step=step, rank=rank, stream=stream, **extra)
+        parts = [torch.frombuffer(bytearray(header), dtype=torch.uint8).to(x.device)]
+        parts += [_flat_bytes(part) for part in body]
+        return torch.cat(parts, out=out) if out is not None else torch.cat(parts)
+
+    def decode(self, payload: torch.Tensor, *, out: torch.Tensor | None = None, add: bool = False) -> torch.Tensor:
+        """Decode a payload made by an equally configured compressor to float32 of the original shape.
+
+        ``out``: a float32 tensor of as many elements to write into (reused across steps); with
+        ``add``, the decoded values are added into ``out`` instead (the summing step of a
+        collective, in one pass where the kernels allow), element by element in float32.
+        """
+        header = wire.read_header(payload)
+        if header.codec != self.name:
+            raise wire.PayloadError(f"payload was made by {header.codec!r}, this decoder is {self.name!r}")
+        expected = self._header_params(header.shape)
+        got = header.params
+        if tuple(got[:3]) != tuple(expected[:3]) or got[3] != _as_f32(expected[3]):
+            raise wire.PayloadError(f"{self.name}: payload parameters {got} do not match this decoder's "
+                                    f"{expected} ({self!r})")
+        if header.body_nbytes != self._body_nbytes(header.shape):
+            raise wire.PayloadError(f"{self.name}: body of {header.body_nbytes} bytes, a tensor of shape "
+                                    f"{header.shape} needs {self._body_nbytes(header.shape)}")
+        if add and out is None:
+            raise ValueError(f"{self.name}: decode(add=True) adds into out, which is missing")
+        if out is not None:
+            _check_out(self.name, out, torch.float32, header.numel, payload.device)
+        if self.uses_cuda(payload.device):
+            k = self._cuda_kernels(payload.device)
+            target = out if out is not None else torch.empty(header.numel, dtype=torch.float32, device=payload.device)
+            with k.on_stream():  # the glue's scratch, copies and reads on the launches' stream
+                body = k.as_array(payload.contiguous())[header.nbytes:]
+                self._decode_cuda(k, body, header.shape, k.as_array(target.view(-1)), add)
+            return target.view(header.shape)
+        if self.uses_numba(payload.device):
+            target = out if out is not None else torch.empty(header.numel, dtype=torch.float32)
+            body = payload.contiguous().numpy()[header.nbytes:]
+            self._decode_numba(body, header.shape, target.view(-1).numpy(), add)
+            return target.view(header.shape)
+        # Sections are viewed in place, which needs a dense buffer.
+        values = self._decode_body(payload.contiguous(), header.nbytes, header.shape)
+        if out is None:
+            return values.reshape(header.shape)
+        if add:
+            out.view(-1).add_(values)
+        else:
+            out.view(-1).copy_(values)
+        return out.view(header.shape)
+
+    @abstractmethod
+    def _encode_body(self, flat: torch.Tensor, shape: tuple[int, ...], *, step: int, rank: int,
+                     stream: int) -> list[torch.Tensor]:
+        """The body's sections, in order, for the float32 ``flat`` view of the input."""
+
+    @abstractmethod
+    def _decode_body(self, payload: torch.Tensor, start: int, shape: tuple[int, ...]) -> torch.Tensor:
+        """Flat float32 values from a payload whose header and body length were checked."""
+
+
+    def _encode_numba(self, flat: np.ndarray, body: np.ndarray, shape: tuple[int, ...], *, step: int,
+                      rank: int, stream: int) -> None:
+        """Write the body for float32 ``flat`` into ``body`` (uint8, exactly the body's size)."""
+        raise NotImplementedError(f"{self.name} has no Numba kernels")
+
+    def _decode_numba(self, body: np.ndarray, shape: tuple[int, ...], out: np.ndarray, add: bool) -> None:
+        """Write (``add``: add) the decoded values into float32 ``out`` from a checked-length body;
+        PayloadError where the body's content is invalid."""
+        raise NotImplementedError(f"{self.name} has no Numba kernels")
+
+    def _encode_cuda(self, k: Any, flat: Any, body: Any, shape: tuple[int, ...], *, step: int, rank: int,
+                     stream: int) -> None:
+        """``_encode_numba`` on the GPU: ``k`` is the program's ``compressors.cuda.launch.Kernels``,
+        ``flat`` and ``body`` arrays of its array module (CuPy views of the tensors)."""
+        raise NotImplementedError(f"{self.name} has no CUDA kernels")
+
+    def _decode_cuda(self, k: Any, body: Any, shape: tuple[int, ...], out: Any, add: bool) -> None:
+        """``_decode_numba`` on the GPU; a refused payload leaves ``out`` untouched."""
+        raise NotImplementedError(f"{self.name} has no CUDA kernels")
+
+
+def _check_out(name: str, out: torch.Tensor, dtype: torch.dtype, numel: int, device: torch.device) -> None:
+    if (not torch.is_tensor(out) or out.dtype != dtype or out.numel() != numel or not out.is_contiguous()
+            or out.device != torch.device(device)):
+        raise ValueError(f"{name}: out must be a contiguous {dtype} tensor of {numel} elements on {device}, got "
+                         + (f"{out.dtype} {tuple(out.shape)} on {out.device}" if torch.is_tensor(out)
+                            else type(out).__name__))
+
+
+def _flat_bytes(part: torch.Tensor) -> torch.Tensor:
+    flat = part.reshape(-1)
+    # A size-1 slice can count as contiguous with a stride other than 1.
+    if flat.stride(0) != 1:
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    return flat.view(torch.uint8)
+
+
+def numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)

@@ -1,0 +1,403 @@
+"""Predict each configuration of a results folder on another cluster (``lowprec predict``/``advise``).
+
+Inputs, all measured by the tool, never fitted to runs on the target:
+- per configuration, its one-worker trial (``num_workers: 1``): compute, encode and decode time
+  per step (medians, trials.csv), on the machine that ran it (``compute_scale``: how much slower
+  the target's devices are);
+- the model's step profile on this machine (``orchestrator.predict.profile``): forward/backward/optimizer
+  split and when each gradient is ready, scaled to the fp32 one-worker trial's compute time;
+- DDP's buckets (reverse parameter order; 1 MiB first, then ``bucket_cap_mb``, default 25 MiB);
+- exact payload sizes from the compressors (sra's chunks as ``compressors.comm.collectives`` cuts them);
+- the target link (``--bandwidth``, ``--latency``) and this machine's reduction throughput.
+
+Encode and decode at p workers from the one-worker figures: sra encodes n + n/p elements per step
+(n + n with one worker) and decodes 2n either way; allgather encodes n and decodes p n.
+Time to accuracy: speedup x (fp32's steps to the target / the configuration's), both measured with
+the most workers in the folder. PowerSGD and trials run on GPUs are not modelled (say so, skip).
+
+``trial_predictions`` predicts the multi-worker trials run on an emulated cluster from their
+calibrated links (the results export's ``predicted_step_time_s``, and the validation grid).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+
+import compressors
+import workloads
+from compressors.comm import collectives
+
+from . import perfmodel
+from ..study.labels import config_label
+from .profile import Profile, profile
+from ..study.records import read_records
+
+DEFAULT_BUCKET_CAP_MB = 25
+CAST_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
+COLUMNS = ["configuration", "compressor", "algorithm", "num_workers", "bandwidth_bps", "latency_s", "overlap",
+           "compute_scale", "predicted_step_time_s", "compute_s", "comm_s", "encode_s", "decode_s", "speedup_vs_fp32",
+           "speedup_vs_16bit", "steps_ratio_vs_fp32", "tta_speedup_vs_fp32", "break_even_bps", "speedup_bound"]
+
+
+_LATENCY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(s|ms|us|ns)")
+_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def latency_s(text: str) -> float:
+    """``5us``, ``0.2ms``, ``0s``: seconds; ValueError names the valid form."""
+    match = _LATENCY.fullmatch(text.strip().lower())
+    if not match:
+        raise ValueError(f"latency must be a number with a unit s, ms, us or ns (5us, 0.2ms), got {text!r}")
+    return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+# The settings that change what a step costs (not how long training runs, nor what it learns):
+# trials agreeing in these and in the compressor run the same step.
+_WORKLOAD_KEYS = ("dataset", "model", "batch_size", "optimizer", "min_compress_numel", "bucket_cap_mb", "impl",
+                  "use_gpu", *(p.name for p in workloads.MODEL_OPTIONS), *(p.name for p in workloads.DATASET_OPTIONS))
+
+Trials = list[tuple[dict[str, Any], pd.Series]]  # (record, trials.csv row) of each finished trial
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration and what its one-worker trial measured."""
+    label: str
+    settings: dict[str, Any]
+    compute_s: float
+    encode_s: float
+    decode_s: float
+    exposed_comm_s: float
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return step_key(self.settings)
+
+
+def pairs(records: list[dict[str, Any]], table: pd.DataFrame) -> Trials:
+    """Every finished trial: its record and its row of ``table`` (trials.csv)."""
+    rows = table.set_index("trial_id")
+    return [(r, rows.loc[r["trial_id"]]) for r in records if r["status"] == "ok"]
+
+
+def read_trials(results: Path) -> Trials:
+    """The finished trials of a results folder, read once."""
+    return pairs(read_records(results), pd.read_csv(results / "trials.csv"))
+
+
+def config_name(settings: dict[str, Any]) -> str:
+    params = settings["compressor_params"] or {}
+    return config_label({**settings, **params}, [*params, "algorithm"])
+
+
+def step_key(settings: dict[str, Any]) -> tuple[str, str]:
+    """(workload, configuration label): trials with equal keys run the same step."""
+    workload = json.dumps({k: settings.get(k) for k in _WORKLOAD_KEYS}, sort_keys=True, default=str)
+    return workload, config_name(settings)
+
+
+def configurations(trials: Trials) -> tuple[list[Config], list[str]]:
+    """The configurations that can be predicted, and why the others cannot. A configuration's times are
+    the medians over its one-worker trials (repeats, seeds): one trial's may be off by a fifth."""
+    repeats: dict[tuple[str, str], list[tuple[dict[str, Any], pd.Series]]] = {}
+    why: dict[tuple[str, str], str] = {}
+    for record, row in trials:
+        s = record["settings"]
+        if s["compressor"] == "powersgd" or s["use_gpu"]:
+            why[step_key(s)] = f"{'PowerSGD' if s['compressor'] == 'powersgd' else 'a GPU trial'} is not modelled"
+        elif s["num_workers"] == 1:
+            repeats.setdefault(step_key(s), []).append((s, row))
+    found = {}
+    for key, runs in repeats.items():
+        s = runs[0][0]
+        times = (statistics.median(float(row[phase]) for _, row in runs)
+                 for phase in ("compute_s", "encode_s", "decode_s", "exposed_comm_s"))
+        found[key] = Config(config_name(s), s, *times)
+    for record, _ in trials:
+        if step_key(record["settings"]) not in found:
+            why.setdefault(step_key(record["settings"]), "no finished one-worker trial")
+    return list(found.values()), [f"{name}: {text}" for (_, name), text in why.items()]
+
+
+def baseline(configs: list[Config], compressor: str, workload: str) -> Config | None:
+    """The workload's fp32 (plain DDP) or fp16 (all_reduce) configuration."""
+    return next((c for c in configs if c.key[0] == workload and c.settings["compressor"] == compressor
+                 and c.settings["algorithm"] == "allreduce"), None)
+
+
+def steps_to_target(trials: Trials) -> dict[tuple[str, str], float]:
+    """Per configuration, the steps to the target accuracy in its trial with the most workers
+    (time to accuracy over median step time; NaN where the target was not reached)."""
+    best: dict[tuple[str, str], tuple[int, float]] = {}
+    for record, row in trials:
+        s = record["settings"]
+        if s["num_workers"] < 2:
+            continue
+        steps = float(row["time_to_accuracy_s"]) / float(row["step_time_s"])
+        if step_key(s) not in best or s["num_workers"] > best[step_key(s)][0]:
+            best[step_key(s)] = (s["num_workers"], steps)
+    return {k: steps for k, (_, steps) in best.items()}
+
+
+def reduce_bps(numel: int = 1 << 22, repeats: int = 5) -> float:
+    """This machine's summing throughput (bytes of one operand per second): the ring's reduction."""
+    a, b = torch.ones(numel), torch.ones(numel)
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        a.add_(b)
+        times.append(time.perf_counter() - t0)
+    return 4 * numel / sorted(times[1:])[repeats // 2]
+
+
+def buckets_of(shapes: list[tuple[int, ...]], bucket_cap_mb: float | None) -> list[list[int]]:
+    """DDP's buckets as parameter indices, in the order they are reduced: torch's own assignment
+    over the parameters in reverse (the gradient order DDP rebuilds its buckets in after the first
+    step), 1 MiB for the first bucket, then the cap."""
+    cap = int((bucket_cap_mb or DEFAULT_BUCKET_CAP_MB) * 1024 * 1024)
+    last = len(shapes) - 1
+    grads = [torch.empty(shapes[last - j], device="meta") for j in range(len(shapes))]
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, cap]
+    indices, _ = dist._compute_bucket_assignment_by_size(grads, limits, [False] * len(grads))
+    return [[last - j for j in bucket] for bucket in indices]
+
+
+# One bucket's traffic: (collective, bytes) in the order they run; bytes are what perfmodel's cost
+# of that collective takes (ring: the buffer; all_gather: one rank's payload; all_to_all: what a rank sends).
+Traffic = list[tuple[str, float]]
+
+
+def bucket_traffic(config: Config, shapes: list[tuple[int, ...]], p: int) -> Traffic:
+    """What one bucket (parameter ``shapes``) puts on the wire with ``p`` workers."""
+    s = config.settings
+    name, algorithm = s["compressor"], s["algorithm"]
+    if algorithm == "allreduce":
+        return [("ring", CAST_ITEMSIZE[name] * sum(math.prod(x) for x in shapes))]
+    small = [x for x in shapes if math.prod(x) < s["min_compress_numel"]]
+    large = [x for x in shapes if math.prod(x) >= s["min_compress_numel"]]
+    traffic: Traffic = [("ring", 4 * sum(math.prod(x) for x in small))]
+    if not large:
+        return traffic
+    codec = compressors.get(name, **(s["compressor_params"] or {}))
+    if algorithm == "allgather":
+        return traffic + [("all_gather", sum(codec.payload_nbytes(x) for x in large))]
+    to_rank = [0] * p  # sra: payload bytes of each rank's chunks, as collectives.sra_compressed cuts them
+    for index, x in enumerate(large):
+        axis = collectives.chunk_axis(x, codec)
+        for r, bounds in enumerate(collectives.split(x, p, index, axis)):
+            to_rank[r] += codec.payload_nbytes(collectives.chunk_shape(x, bounds, axis))
+    traffic.append(("all_to_all", sum(to_rank[1:])))
+    if codec.scales_by_tensor:
+        traffic.append(("ring", 4 * len(large)))
+    return traffic + [("all_gather", max(to_rank))]
+
+
+def comm_s(traffic: Traffic, p: int, link: perfmodel.Link, reduce: float) -> float:
+    costs = {"ring": lambda n: perfmodel.ring_allreduce_s(n, p, link, reduce),
+             "all_gather": lambda n: perfmodel.allgather_s(n, p, link),
+             "all_to_all": lambda n: perfmodel.alltoall_s(n, p, link)}
+    return sum(costs[kind](nbytes) for kind, nbytes in traffic)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A configuration's step at ``p`` workers, all but the link: fwd/bwd/opt and per bucket its
+    ready time, encode, decode and traffic (so a bandwidth sweep costs arithmetic only)."""
+    fwd_s: float
+    bwd_s: float
+    opt_s: float
+    buckets: list[tuple[float, float, float, Traffic]]
+    encode_s: float
+    decode_s: float
+    overlap: bool
+
+
+@dataclass(frozen=True)
+class DeviceScale:
+    """How much longer than in its one-worker trial a worker's device work takes on the target: its
+    compute (forward, backward, optimizer), its encodes and its decodes (the target's devices against
+    the measured one, or hosts sharing one machine: ``benchmarks/host_contention.py`` measures them)."""
+    compute: float = 1.0
+    encode: float = 1.0
+    decode: float = 1.0
+
+    @classmethod
+    def uniform(cls, scale: float) -> "DeviceScale":
+        return cls(scale, scale, scale)
+
+
+def plan(config: Config, prof: Profile, compute_s: float, p: int, overlap: bool,
+         scale: DeviceScale = DeviceScale()) -> Plan:
+    """``compute_s``: the one-worker step's compute (fp32's), split as ``prof`` says, times ``scale.compute``;
+    the configuration's encode and decode times ``scale.encode`` and ``scale.decode``."""
+    s = config.settings
+    shapes = [shape for shape, _ in prof.params]
+    per_profiled = compute_s * scale.compute / (prof.fwd_s + prof.bwd_s + prof.opt_s)
+    compressible = [math.prod(x) if math.prod(x) >= s["min_compress_numel"] else 0 for x in shapes]
+    total = sum(compressible) or 1
+    encode, decode = config.encode_s, config.decode_s
+    if s["algorithm"] == "allreduce":
+        # The cast and copies run inside the collective, so the hook times no encode or decode; in a
+        # world of one the collective moves nothing, and what it took is that device work.
+        encode = decode = config.exposed_comm_s / 2
+    encode, decode = encode * scale.encode, decode * scale.decode
+    if s["algorithm"] == "sra":
+        encode *= (1 + 1 / p) / 2
+    elif s["algorithm"] == "allgather":
+        decode *= p
+    buckets = []
+    for idx in buckets_of(shapes, s["bucket_cap_mb"]):
+        share = sum(compressible[i] for i in idx) / total
+        ready = max(prof.params[i][1] for i in idx) * per_profiled
+        buckets.append((ready, encode * share, decode * share, bucket_traffic(config, [shapes[i] for i in idx], p)))
+    return Plan(prof.fwd_s * per_profiled, prof.bwd_s * per_profiled, prof.opt_s * per_profiled, buckets, encode,
+                decode, overlap)
+
+
+def predict_step(step: Plan, p: int, link: perfmodel.Link, reduce: float) -> dict[str, float]:
+    """Predicted step of a planned configuration over ``link``; ``messages``: how many latencies it pays."""
+    buckets = [perfmodel.Bucket(ready, enc, comm_s(traffic, p, link, reduce), dec)
+               for ready, enc, dec, traffic in step.buckets]
+    time_s = perfmodel.step_time(step.fwd_s, step.bwd_s, step.opt_s, buckets, step.overlap)
+    # messages in turn: the communication at a latency of 1 s and no time per byte
+    messages = sum(comm_s(traffic, p, perfmodel.Link(math.inf, 1.0), math.inf) for *_, traffic in step.buckets)
+    return {"predicted_step_time_s": time_s, "compute_s": step.fwd_s + step.bwd_s + step.opt_s,
+            "comm_s": sum(b.comm_s for b in buckets), "encode_s": step.encode_s, "decode_s": step.decode_s,
+            "messages": messages}
+
+
+def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: float, overlap: bool = True,
+            compute_scale: float = 1.0, prof: Profile | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """Every predictable configuration of ``results`` on ``num_workers`` workers with links of
+    ``bandwidth_bps`` bits/s and ``latency_s``; the notes say what was skipped and why."""
+    trials = read_trials(results)
+    configs, notes = configurations(trials)
+    workloads_found = {c.key[0] for c in configs}
+    if len(workloads_found) > 1:
+        raise ValueError(f"{results}: its one-worker trials ran {len(workloads_found)} different workloads "
+                         "(model, data, batch size, buckets); predict a folder of one workload")
+    fp32 = baseline(configs, "fp32", configs[0].key[0]) if configs else None
+    if fp32 is None:
+        raise ValueError(f"{results}: no finished one-worker fp32 trial (plain DDP): the baseline and the "
+                         "compute time come from it")
+    prof = prof or profile(fp32.settings)
+    reduce = reduce_bps()
+    steps = steps_to_target(trials)
+    plans = {c.key: plan(c, prof, fp32.compute_s, num_workers, overlap, DeviceScale.uniform(compute_scale))
+             for c in configs}
+
+    def step_at(config: Config, bps: float) -> dict[str, float]:
+        return predict_step(plans[config.key], num_workers, perfmodel.Link(bps / 8, latency_s), reduce)
+
+    base = step_at(fp32, bandwidth_bps)["predicted_step_time_s"]
+    half = baseline(configs, "fp16", fp32.key[0])
+    half_step = step_at(half, bandwidth_bps)["predicted_step_time_s"] if half else math.nan
+    rows = []
+    for config in configs:
+        out = step_at(config, bandwidth_bps)
+        step = out["predicted_step_time_s"]
+        ratio = steps[fp32.key] / steps[config.key] if fp32.key in steps and config.key in steps else math.nan
+        even = math.nan
+        if config is not fp32:
+            def faster(bps: float, c: Config = config) -> bool:
+                return step_at(c, bps)["predicted_step_time_s"] < step_at(fp32, bps)["predicted_step_time_s"]
+            edge = perfmodel.break_even(faster, 1e6, 1e12)
+            even = math.inf if edge == 1e12 else (0.0 if edge == 1e6 else edge)
+        rows.append({"configuration": config.label, "compressor": config.settings["compressor"],
+                     "algorithm": config.settings["algorithm"], "num_workers": num_workers,
+                     "bandwidth_bps": bandwidth_bps, "latency_s": latency_s, "overlap": overlap,
+                     "compute_scale": compute_scale, **out,
+                     "speedup_vs_fp32": base / step, "speedup_vs_16bit": half_step / step,
+                     "steps_ratio_vs_fp32": ratio, "tta_speedup_vs_fp32": base / step * ratio,
+                     "break_even_bps": even, "speedup_bound": perfmodel.speedup_bound(base, fp32.compute_s)})
+    return pd.DataFrame(rows, columns=COLUMNS), notes
+
+
+def emulated_compute_scale(num_workers: int, hosts: int, cpu_count: int) -> float:
+    """How much slower each worker computes when ``num_workers`` hosts of an emulated ``hosts``-host
+    cluster compute at once on this machine's ``cpu_count`` cores, against one worker alone: every
+    host has cores / hosts torch threads (orchestrator.study.runner), and threads beyond the cores share them."""
+    threads = max(1, cpu_count // hosts)
+    return max(1.0, num_workers * threads / cpu_count)
+
+
+def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: int | None = None,
+                      scales: Mapping[tuple[tuple[str, str], int], DeviceScale] | None = None,
+                      latency: Mapping[tuple[tuple[str, str], int], float] | None = None,
+                      profiles: dict[str, Profile | None] | None = None,
+                      busy: Mapping[tuple[tuple[str, str], int, bool], float] | None = None,
+                      reduce: float | None = None) -> dict[str, dict[str, float]]:
+    """The predicted step (``predict_step``) of each multi-worker trial run on an emulated cluster (its workers,
+    its overlap, its calibrated link's goodput and latency), by trial_id, from the one-worker trials
+    of ``inputs`` (default: ``trials``) of the same workload and configuration; trials without
+    them are left out. The device: ``scales`` by (``step_key``, workers) where given (measured;
+    trials it lacks are left out), else ``emulated_compute_scale`` from ``cpu_count``, the machine's
+    cores, else as measured alone. The link's latency per message: ``latency`` by (``step_key``, workers)
+    where given (measured as the trial's hosts load the machine), else the calibration's (idle hosts).
+    ``profiles``: the models' step profiles by workload, kept between calls (filled in here).
+    ``busy``: by (``step_key``, workers, overlap), the machine's busy time per step where the trial's hosts
+    share its cores (measured): no timeline is shorter, for then what the hosts do is CPU work that waits
+    for the cores, and hiding one host's communication behind its backward only lends its core to another.
+    ``reduce``: the reduction throughput (``reduce_bps``), measured here once if not given."""
+    targets = [(r, r["link"]) for r, _ in trials
+               if r["settings"]["num_workers"] > 1 and (r.get("link") or {}).get("calibrated_bps")]
+    configs = {c.key: c for c in configurations(inputs if inputs is not None else trials)[0]} if targets else {}
+    profiles = {} if profiles is None else profiles
+    out = {}
+    for record, link in targets:
+        s = record["settings"]
+        config = configs.get(step_key(s))
+        fp32 = baseline(list(configs.values()), "fp32", step_key(s)[0])
+        if config is None or fp32 is None:
+            continue
+        if fp32.key[0] not in profiles:
+            try:
+                profiles[fp32.key[0]] = profile(fp32.settings)
+            except (OSError, ValueError) as error:  # e.g. a data_dir relative to where the sweep ran
+                warnings.warn(f"no step-time prediction for model {s['model']}: it could not be built here "
+                              f"({error})", stacklevel=2)
+                profiles[fp32.key[0]] = None
+        prof = profiles[fp32.key[0]]
+        if prof is None:
+            continue
+        p = s["num_workers"]
+        if scales is not None:
+            if (config.key, p) not in scales:
+                continue
+            scale = scales[config.key, p]
+        else:
+            scale = DeviceScale.uniform(emulated_compute_scale(p, link["hosts"], cpu_count) if cpu_count else 1.0)
+        step = plan(config, prof, fp32.compute_s, p, s["overlap"], scale)
+        alpha = (latency or {}).get((config.key, p), link.get("calibrated_latency_s") or 0.0)
+        wire = perfmodel.Link(link["calibrated_bps"] / 8, alpha)
+        reduce = reduce_bps() if reduce is None else reduce
+        predicted = predict_step(step, p, wire, reduce)
+        floor = (busy or {}).get((config.key, p, bool(s["overlap"])), 0.0)
+        out[record["trial_id"]] = {**predicted, "predicted_step_time_s": max(predicted["predicted_step_time_s"], floor)}
+    return out
+
+
+def advice(table: pd.DataFrame) -> str:
+    """The best configuration for that cluster and why, or that none pays."""
+    by = "tta_speedup_vs_fp32" if table["tta_speedup_vs_fp32"].notna().any() else "speedup_vs_fp32"
+    ranked = table[table["compressor"] != "fp32"].dropna(subset=[by]).sort_values(by, ascending=False)
+    bound = float(table["speedup_bound"].iloc[0])
+    basis = "in time to accuracy" if by == "tta_speedup_vs_fp32" else "per step (no steps-to-target measured)"
+    if ranked.empty or float(ranked[by].iloc[0]) <= 1.0:
+        return (f"none pays: no configuration beats fp32 {basis} on this cluster (the bound for any "
+                f"compressor is {bound:.2f}x: fp32's exposed communication is small)")
+    best = ranked.iloc[0]
+    return (f"{best['configuration']}: {best[by]:.2f}x fp32 {basis} (per step {best['speedup_vs_fp32']:.2f}x; "
+            f"the bound for any compressor is {bound:.2f}x; it pays below {best['break_even_bps'] / 1e9:.3g} Gbit/s)")

@@ -1,0 +1,278 @@
+"""The tables of a sweep's results, built with pandas from its trial records (no Ray, no files).
+
+``trials_table(records)`` is trials.csv and ``history_table(records)`` is
+history.csv; their columns are documented in orchestrator.results.export. The
+comparisons between trials are pandas group-bys on two keys computed once per
+trial (``_keys``): the *scale* (every setting except compressor, its
+parameters and algorithm) and the *workload* (the scale without the seed).
+
+A trial's ``compressor_params`` (a dict) becomes one column per parameter
+(``flat_settings``). ``config_labels`` names each trial's configuration in the
+one label format of orchestrator.study.labels, for summary.md and the plots.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..study.labels import config_label
+from ..study.settings import FP32, SIXTEEN_BIT, compressor_param_names
+
+__all__ = [
+    "STEP_METRICS", "MODEL_COLUMNS", "RESULT_COLUMNS", "ID_COLUMNS",
+    "trials_table", "history_table", "history_rows",
+    "accuracy_delta", "speedups", "sixteen_bit_baseline",
+    "flat_settings", "settings_columns", "varying_settings", "label_keys", "config_labels", "numeric",
+    "step_time_table",
+]
+
+
+# Per-step metrics of the training loop, summarised as the median over epochs.
+STEP_METRICS = ("step_time_s", "compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
+                "samples_per_s", "bytes_sent", "compression_ratio", "cpu_steal_share", "cpu_idle_share")
+# workloads.model_summary of the trained model, as the training loop returned it.
+MODEL_COLUMNS = ("parameters", "grad_bytes_fp32", "compressible_share")
+RESULT_COLUMNS = (
+    "epochs_run", "attempts", "final_accuracy", "best_accuracy", "accuracy_delta", "time_to_accuracy_s",
+    "train_time_s", "speedup_vs_fp32", "speedup_basis", "speedup_vs_16bit", "speedup_vs_16bit_basis",
+    # the performance model's step time (orchestrator.results.export fills it in) beside the measured one
+    STEP_METRICS[0], "predicted_step_time_s", *STEP_METRICS[1:], *MODEL_COLUMNS,
+    "calibrated_bps", "calibrated_latency_s", "worker_node_ips",
+)
+ID_COLUMNS = ("trial_id", "name", "status", "reason")
+# The times a speedup compares, in order of preference, and the basis each is named by.
+_SPEEDUP_TIMES = (("time_to_accuracy_s", "time_to_accuracy"), ("step_time_s", "step_time"))
+
+
+def _compression_keys() -> tuple[str, ...]:
+    """The settings that tell one configuration from another at equal workload and scale."""
+    return ("compressor", *compressor_param_names(), "algorithm")
+
+
+def flat_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A trial's settings with ``compressor_params`` spread into one column per compressor
+    parameter (orchestrator.study.settings.compressor_param_names; None where the compressor has none)."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key == "compressor_params":
+            params = value or {}
+            flat.update({name: params.get(name) for name in compressor_param_names()})
+            flat.update(params)  # a parameter this version does not declare keeps its value
+        else:
+            flat[key] = value
+    return flat
+
+
+def _compressor_order() -> dict[str, int]:
+    """Baselines first, then the compressors in the order the compressors package lists them."""
+    import compressors
+
+    return {name: i for i, name in enumerate(dict.fromkeys((FP32, *SIXTEEN_BIT, *compressors.NAMES)))}
+
+
+def numeric(values: pd.Series) -> pd.Series:
+    """``values`` as floats, NaN wherever a value is missing, not a number, or not finite."""
+    floats = pd.to_numeric(values, errors="coerce").astype(float)
+    return floats.where(np.isfinite(floats))
+
+
+def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+    """Python values with None for missing ones (pandas stores a missing setting as NaN)."""
+    return frame.astype(object).where(frame.notna(), None)
+
+
+# ---------------------------------------------------------------- history table
+
+
+def history_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One dict per trial and epoch: trial_id, name, settings, the epoch's metrics.
+
+    The epoch's own ``status`` ("running", "ok", "diverged") is the training loop's;
+    the trial's final status is in trials.csv.
+    """
+    return [
+        {"trial_id": r["trial_id"], "name": r["name"], **flat_settings(r["settings"]), **epoch}
+        for r in records for epoch in r["history"]
+    ]
+
+
+def history_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """history.csv: ``history_rows`` as a DataFrame."""
+    return pd.DataFrame(history_rows(records))
+
+
+# ---------------------------------------------------------------- trials table
+
+
+def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = None) -> pd.DataFrame:
+    """trials.csv: one row per trial, columns ID_COLUMNS, the settings, RESULT_COLUMNS.
+
+    Rows are ordered baselines first, then by compressor as the compressors
+    package lists them, then by name. ``history`` is ``history_table(records)``
+    when the caller has it already.
+    """
+    if not records:
+        return pd.DataFrame(columns=[*ID_COLUMNS, *RESULT_COLUMNS])
+    flat = [flat_settings(r["settings"]) for r in records]
+    settings = list(dict.fromkeys(key for s in flat for key in s))
+    base = pd.DataFrame([{**{k: r[k] for k in ID_COLUMNS}, **s} for r, s in zip(records, flat)],
+                        columns=[*ID_COLUMNS, *settings])
+    models = pd.DataFrame([{k: v for k, v in (r.get("model_summary") or {}).items() if k in MODEL_COLUMNS}
+                           for r in records], columns=list(MODEL_COLUMNS))
+    own = _own_results(history_table(records) if history is None else history)
+    trials = base.join(models).join(own, on="trial_id")
+    trials["epochs_run"] = trials["epochs_run"].fillna(0).astype(int)
+    trials["attempts"] = [r.get("attempts", 1) for r in records]  # records before attempts were counted: 1
+    trials["calibrated_bps"] = [(r.get("link") or {}).get("calibrated_bps") for r in records]
+    trials["calibrated_latency_s"] = [(r.get("link") or {}).get("calibrated_latency_s") for r in records]
+    trials["worker_node_ips"] = [" ".join(r.get("worker_node_ips") or []) or None for r in records]
+
+    order = _compressor_order()
+    rank = trials["compressor"].map(lambda name: order.get(name, len(order)))
+    trials = trials.assign(_rank=rank).sort_values(["_rank", "compressor", "name"], kind="stable")
+    trials = trials.drop(columns="_rank").reset_index(drop=True)
+
+    trials["accuracy_delta"] = accuracy_delta(trials)
+    ok = trials[trials["status"] == "ok"]
+    for baseline, speedup, basis in ((FP32, "speedup_vs_fp32", "speedup_basis"),
+                                     (sixteen_bit_baseline(trials), "speedup_vs_16bit", "speedup_vs_16bit_basis")):
+        result = speedups(trials, ok[ok["compressor"] == baseline])
+        trials[speedup], trials[basis] = result["speedup"], result["basis"]
+    return trials.reindex(columns=[*ID_COLUMNS, *settings, *RESULT_COLUMNS])
+
+
+def _own_results(history: pd.DataFrame) -> pd.DataFrame:
+    """Per trial_id, the results that need no other trial: accuracies, times, step-metric medians."""
+    metrics = ["test_accuracy", "train_time_s", "time_to_accuracy_s", *STEP_METRICS]
+    history = history.reindex(columns=["trial_id", *dict.fromkeys(metrics)])
+    finite = history[["trial_id"]].join(history[metrics].apply(numeric))
+    epochs = finite.groupby("trial_id", sort=False)
+    own = pd.DataFrame({
+        "epochs_run": epochs.size(),
+        "final_accuracy": epochs["test_accuracy"].last(),  # the last finite one
+        "best_accuracy": epochs["test_accuracy"].max(),
+    })
+    own = own.join(epochs[list(STEP_METRICS)].median())
+    # The times as the training loop reported them after the last epoch.
+    last = history.drop_duplicates("trial_id", keep="last").set_index("trial_id")
+    for column in ("time_to_accuracy_s", "train_time_s"):
+        own[column] = pd.to_numeric(last[column], errors="coerce")
+    return own.set_axis(own.index.astype(object))  # no epochs at all: an empty index of no type
+
+
+def _keys(trials: pd.DataFrame) -> pd.DataFrame:
+    """Per trial, its ``scale`` (every setting but compressor, parameters and algorithm) and its
+    ``workload`` (the scale without the seed), as comparable strings."""
+    columns = [c for c in settings_columns(trials) if c not in _compression_keys()]
+    plain = _plain(trials[columns])
+
+    def key(row: dict[str, Any], skip: str | None = None) -> str:
+        return json.dumps({k: v for k, v in row.items() if k != skip}, sort_keys=True, default=str)
+
+    rows = plain.to_dict("records")
+    return pd.DataFrame({"scale": [key(r) for r in rows], "workload": [key(r, "seed") for r in rows]},
+                        index=trials.index)
+
+
+def accuracy_delta(trials: pd.DataFrame) -> pd.Series:
+    """``final_accuracy`` minus the mean final accuracy of the "ok" fp32 trials of the same
+    workload (same settings but compression and seed); NaN without such a baseline."""
+    keys = _keys(trials)
+    fp32 = (trials["status"] == "ok") & (trials["compressor"] == FP32)
+    baseline = trials["final_accuracy"][fp32].groupby(keys["workload"][fp32]).mean()
+    return trials["final_accuracy"] - keys["workload"].map(baseline)
+
+
+def sixteen_bit_baseline(trials: pd.DataFrame) -> str | None:
+    """The 16-bit baseline of a study: the first of SIXTEEN_BIT that has "ok" trials."""
+    ok = set(trials.loc[trials["status"] == "ok", "compressor"])
+    return next((name for name in SIXTEEN_BIT if name in ok), None)
+
+
+def speedups(trials: pd.DataFrame, baselines: pd.DataFrame) -> pd.DataFrame:
+    """Per "ok" trial, baseline time / own time and the basis of that time (NaN/None otherwise).
+
+    ``baselines`` are rows of ``trials``. A trial is compared with the baselines of its
+    scale (same settings but compression, seed included), or, where none has its seed,
+    with those of its workload (the other seeds). The time is time_to_accuracy_s where
+    the trial and all those baselines have one, otherwise step_time_s; the baseline
+    time is their mean.
+    """
+    keys = _keys(trials)
+    times = [time for time, _ in _SPEEDUP_TIMES]
+    finite = trials[times].apply(numeric)
+
+    def per(key: str) -> pd.DataFrame:
+        groups = finite.loc[baselines.index].groupby(keys.loc[baselines.index, key])
+        stats = groups.mean().add_suffix("_mean").join(groups.count().add_suffix("_n"))
+        stats["n"] = groups.size()
+        return keys[[key]].join(stats, on=key).drop(columns=key)
+
+    peers = per("scale")
+    alone = peers["n"].isna()  # no baseline has this trial's seed
+    peers.loc[alone] = per("workload").loc[alone]
+    speedup = pd.Series(np.nan, index=trials.index)
+    basis = pd.Series(None, index=trials.index, dtype=object)
+    undecided = trials["status"] == "ok"
+    for time, name in _SPEEDUP_TIMES:
+        usable = undecided & (finite[time] > 0) & (peers["n"] > 0) & (peers[f"{time}_n"] == peers["n"])
+        speedup[usable] = peers.loc[usable, f"{time}_mean"] / finite.loc[usable, time]
+        basis[usable] = name
+        undecided &= ~usable
+    return pd.DataFrame({"speedup": speedup, "basis": basis})
+
+
+# ---------------------------------------------------------------- labels
+
+
+def settings_columns(trials: pd.DataFrame) -> list[str]:
+    """The columns of a trials table that are settings."""
+    return [c for c in trials.columns if c not in (*ID_COLUMNS, *RESULT_COLUMNS)]
+
+
+def varying_settings(trials: pd.DataFrame) -> list[str]:
+    """Settings outside compression, num_workers and seed that differ between trials."""
+    skip = {*_compression_keys(), "num_workers", "seed"}
+    columns = [c for c in settings_columns(trials) if c not in skip]
+    plain = _plain(trials[columns])
+    return [c for c in columns if plain[c].map(lambda value: json.dumps(value, default=str)).nunique() > 1]
+
+
+def label_keys(trials: pd.DataFrame) -> list[str]:
+    """The keys a configuration's label shows: compressor parameters, the algorithm where the study
+    uses more than one for a compressor, varying settings (orchestrator.study.labels.config_label leaves
+    out those a trial does not set)."""
+    several = "algorithm" in trials and bool((trials.groupby("compressor")["algorithm"].nunique() > 1).any())
+    return [*compressor_param_names(), *(["algorithm"] if several else []), *varying_settings(trials)]
+
+
+def config_labels(trials: pd.DataFrame, extra: Iterable[str] = ()) -> pd.Series:
+    """Each trial's configuration in the one label format, ``label_keys`` then ``extra``."""
+    keys = [*label_keys(trials), *extra]
+    rows = _plain(trials[["compressor", *(k for k in keys if k in trials.columns)]]).to_dict("records")
+    return pd.Series([config_label(row, keys) for row in rows], index=trials.index, dtype=object)
+
+
+# A step's time is compute + exposed communication; the hook's own phases overlap the step.
+STEP_PARTS = ("step_time_s", "compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s")
+
+
+def step_time_table(trials: pd.DataFrame) -> pd.DataFrame:
+    """Milliseconds per step (medians over epochs, mean over seeds) in ``STEP_PARTS`` without the ``_s``,
+    one row per configuration and worker count, indexed by label (``config_labels`` with num_workers);
+    grouped by worker count, configurations in table order within each. Trials without a compute and
+    exposed-communication time are left out; comm is NaN for plain DDP (not observable without a hook)."""
+    parts = trials[list(STEP_PARTS)].apply(pd.to_numeric, errors="coerce")
+    complete = parts[["compute_s", "exposed_comm_s"]].notna().all(axis=1)
+    label = config_labels(trials, extra=("num_workers",)).rename("label")
+    configurations = config_labels(trials)
+    rank = configurations.map({name: i for i, name in enumerate(dict.fromkeys(configurations))}).rename("order")
+    groups = [trials["num_workers"][complete], rank[complete], label[complete]]
+    means = (parts[complete] * 1000).groupby(groups, sort=False).mean()
+    means = means.sort_index(level=[0, 1], sort_remaining=False).droplevel([0, 1])
+    return means.rename(columns=lambda part: part.removesuffix("_s"))

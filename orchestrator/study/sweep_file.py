@@ -1,0 +1,432 @@
+"""Sweep files: load a YAML study, validate every key, expand it into trials.
+
+A sweep file has these top-level keys (``name``, ``workload`` and a
+``target_accuracy`` required); every key is declared in ``orchestrator.study.settings``::
+
+    name: quickstart            # letters, digits, '-', '_', '.'; names the results folder
+    workload: {...}             # training-loop settings: settings.WORKLOAD
+    cluster: {...}              # settings.CLUSTER: use_gpu, backend, cpus_per_worker, ...,
+                                # emulate: {hosts: 4, bandwidth: 100mbit} (settings.EMULATE)
+    baselines: true             # add fp32 and fp16 to the compressors unless false
+    max_concurrent_trials: 1    # trials that run at the same time (timing studies: 1)
+    sweep:                      # grid axes; a scalar is a one-value axis
+      num_workers: [1, 2]
+      seed: [0, 1]
+      bandwidth: [100mbit, 1gbit]   # emulated clusters: links re-shaped before each trial
+      lr: [0.05, 0.1]           # any workload setting may be an axis instead
+      algorithm: [sra, allgather]   # used by the compressors that support it, others keep theirs
+      compressor:
+        - fp32                  # a name, or a mapping with 'name' plus value lists that are
+        - {name: qsgd, bits: [2, 4], bucket: 512}   # crossed within this entry only: the
+        - {name: onebit, workload: {lr: [0.01]}}    # compressor's parameters, 'algorithm',
+                                                    # and 'workload' settings for it alone
+
+Every problem is a ConfigError ``FILE:LINE: message`` naming the key, raised
+before Ray is started (this module never imports Ray).
+
+A trial is a flat dict: ``name`` (its label, orchestrator.study.labels: compressor,
+the parameters written in its entry, the axes that vary, num_workers, seed),
+``trial_id`` (a hash of the settings, stable across runs so ``--resume``
+recognises finished trials) and every setting of ``settings.TRIAL_KEYS``;
+``compressor_params`` is a dict of the compressor's own parameters (its
+defaults filled), a namespace apart from the workload's settings.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from compressors.core.params import Param, short_repr
+
+from . import settings as schema
+from .labels import config_label
+
+__all__ = ["ConfigError", "Sweep", "load_sweep", "settings_of", "trial_id_of"]
+
+
+class ConfigError(ValueError):
+    """A sweep-file problem, located: ``path:line: message``."""
+
+    def __init__(self, path: str | os.PathLike, line: int, message: str):
+        super().__init__(f"{path}:{line}: {message}")
+        self.path = str(path)
+        self.line = line
+
+
+# ---------------------------------------------------------------- YAML with line numbers
+
+
+class _Mapping(dict):
+    """A YAML mapping that remembers its own line and each key's line (1-based)."""
+
+    def __init__(self, *args: Any, line: int = 1, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.line = line
+        self.lines: dict[Any, int] = {key: line for key in self}
+
+
+class _Sequence(list):
+    """A YAML sequence that remembers its own line and each item's line (1-based)."""
+
+    def __init__(self, items: Iterable[Any] = (), line: int = 1):
+        super().__init__(items)
+        self.line = line
+        self.lines: list[int] = [line] * len(self)
+
+
+class _LineLoader(yaml.SafeLoader):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> _Mapping:
+        own = sum(key.tag != "tag:yaml.org,2002:merge" for key, _ in node.value)
+        self.flatten_mapping(node)  # merge keys ('<<'): their pairs now come first
+        merged = len(node.value) - own
+        mapping = _Mapping(line=node.start_mark.line + 1)
+        written: set[Any] = set()  # keys written in this mapping itself (they override merged ones)
+        for i, (key_node, value_node) in enumerate(node.value):
+            line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise ConfigError(self.name, line, "a key must be a plain name, not a list or mapping")
+            key = self.construct_object(key_node, deep=True)
+            if i >= merged:
+                if key in written:
+                    raise ConfigError(self.name, line, f"duplicate key {short_repr(key)}")
+                written.add(key)
+            mapping.lines[key] = line
+            mapping[key] = self.construct_object(value_node, deep=True)
+        return mapping
+
+    def construct_sequence(self, node: yaml.SequenceNode, deep: bool = False) -> _Sequence:
+        sequence = _Sequence((self.construct_object(child, deep=True) for child in node.value),
+                             line=node.start_mark.line + 1)
+        sequence.lines = [child.start_mark.line + 1 for child in node.value]
+        return sequence
+
+
+# SafeLoader builds maps and lists in two steps (yield an empty one, fill it later);
+# building them in one step keeps our subclasses and their line numbers.
+_LineLoader.add_constructor("tag:yaml.org,2002:map", lambda loader, node: loader.construct_mapping(node))
+_LineLoader.add_constructor("tag:yaml.org,2002:seq", lambda loader, node: loader.construct_sequence(node))
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ConfigError(path, 1, f"cannot read sweep file: {error.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[:error.start].count(b"\n") + 1
+        raise ConfigError(path, line, f"not UTF-8 text: byte {raw[error.start]:#04x} at offset {error.start}") from None
+    loader = None
+    try:
+        loader = _LineLoader(text)  # the reader checks for control characters here
+        loader.name = str(path)
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        raise ConfigError(path, line, f"invalid YAML: {error.problem or error}") from None
+    except yaml.reader.ReaderError as error:  # a control character, found before any parsing
+        line = text[:error.position].count("\n") + 1
+        raise ConfigError(path, line, f"invalid YAML: character {error.character!r} is not allowed") from None
+    except RecursionError:
+        raise ConfigError(path, 1, "invalid YAML: nested too deeply") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+# ---------------------------------------------------------------- the validated study
+
+_SECTIONS = ("workload", "cluster", "sweep")
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A validated sweep file and its expanded trials."""
+
+    name: str
+    path: Path
+    cluster: dict[str, Any]
+    max_concurrent_trials: int
+    trials: list[dict[str, Any]]
+
+
+def settings_of(trial: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a trial: everything but its ``name`` and ``trial_id``."""
+    return {key: value for key, value in trial.items() if key not in ("name", "trial_id")}
+
+
+def trial_id_of(settings: dict[str, Any]) -> str:
+    blob = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def training_config(trial: dict[str, Any]) -> dict[str, Any]:
+    """What the training loop takes of a trial (num_workers is the launcher's)."""
+    return {key: trial[key] for key in schema.TRAINING_KEYS}
+
+
+@dataclass
+class _Entry:
+    """One compressor entry of the sweep: its value lists and where it was written."""
+
+    compressor: str
+    params: dict[str, list[Any]] = field(default_factory=dict)
+    algorithms: list[Any] = field(default_factory=list)
+    workload: dict[str, list[Any]] = field(default_factory=dict)
+    where: str = "baselines"
+    line: int = 1
+
+
+class _Checker:
+    """Validation helpers that know the file, so every error carries file and line."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, line: int, message: str) -> ConfigError:
+        return ConfigError(self.path, line, message)
+
+    def mapping(self, value: Any, where: str, line: int) -> _Mapping:
+        if value is None:  # an empty section ('cluster:' with nothing under it)
+            return _Mapping(line=line)
+        if not isinstance(value, _Mapping):
+            raise self.fail(line, f"{where} must be a mapping of keys to values, got {_short(value)}")
+        return value
+
+    def keys(self, mapping: _Mapping, valid: Iterable[str], where: str,
+             hints: dict[str, str] | None = None) -> None:
+        valid = list(valid)
+        for key, line in mapping.lines.items():
+            if key in valid:
+                continue
+            if hints and key in hints:
+                raise self.fail(line, f"key {_short(key)} is not allowed in {where}: {hints[key]}")
+            close = difflib.get_close_matches(str(key), valid, n=1)
+            suggestion = f" (did you mean {close[0]!r}?)" if close else f" (valid: {', '.join(valid)})"
+            raise self.fail(line, f"unknown key {_short(key)} in {where}{suggestion}")
+
+    def value(self, param: Param, value: Any, where: str, line: int) -> Any:
+        problem = param.problem(value)
+        if problem:
+            raise self.fail(line, f"{where} {problem}, got {_short(value)}")
+        return param.check(where, value)
+
+    def section(self, mapping: _Mapping, params: Iterable[Param], where: str,
+                hints: dict[str, str] | None = None) -> dict[str, Any]:
+        params = list(params)
+        self.keys(mapping, [p.name for p in params], where, hints)
+        return {
+            p.name: self.value(p, mapping[p.name], f"{where}.{p.name}", mapping.lines[p.name])
+            if p.name in mapping else p.default
+            for p in params
+        }
+
+    def axis(self, param: Param, raw: Any, where: str, line: int) -> list[Any]:
+        """A grid axis: a list of values, or one value (a list-valued setting needs a list of lists)."""
+        if isinstance(raw, _Sequence):
+            if not raw:
+                raise self.fail(line, f"{where} is an empty list")
+            return [self.value(param, v, f"{where}[{i}]", raw.lines[i]) for i, v in enumerate(raw)]
+        return [self.value(param, raw, where, line)]
+
+    def compressor_entry(self, raw: Any, where: str, line: int) -> _Entry:
+        import compressors
+
+        entry = _Mapping({"name": raw}, line=line) if isinstance(raw, str) else self.mapping(raw, where, line)
+        if "name" not in entry:
+            raise self.fail(entry.line, f"{where} needs a 'name' (one of {', '.join(compressors.NAMES)})")
+        name = entry["name"]
+        if name not in compressors.NAMES:
+            close = difflib.get_close_matches(str(name), compressors.NAMES, n=1)
+            suggestion = f" (did you mean {close[0]!r}?)" if close else ""
+            raise self.fail(entry.lines["name"], f"unknown compressor {_short(name)} in {where}{suggestion}; "
+                                                 f"valid: {', '.join(compressors.NAMES)}")
+        declared = {p.name: p for p in compressors.params_of(name) if p.name != "seed"}
+        hints = {p: f"compressor {name!r} has no parameter {p!r}" for p in schema.compressor_param_names()
+                 if p not in declared}
+        hints["seed"] = "the seed is a sweep axis"
+        workload_keys = {p.name for p in schema.WORKLOAD}
+        for key in workload_keys - set(declared):
+            hints[key] = f"a workload setting; write it under '{where}.workload'"
+        valid_algorithms = schema.algorithms(name)
+        if not valid_algorithms:
+            hints["algorithm"] = f"{name!r} runs its own communication hook"
+        valid = ["name", *declared, *(["algorithm"] if valid_algorithms else []), "workload"]
+        self.keys(entry, valid, where, hints)
+        out = _Entry(name, where=where, line=entry.line)
+        for key, param in declared.items():
+            if key in entry:
+                out.params[key] = self.axis(param, entry[key], f"{where}.{key}", entry.lines[key])
+        if "algorithm" in entry:
+            choice = Param("algorithm", None, str, choices=valid_algorithms)
+            out.algorithms = self.axis(choice, entry["algorithm"], f"{where}.algorithm", entry.lines["algorithm"])
+        if "workload" in entry:
+            overrides = self.mapping(entry["workload"], f"{where}.workload", entry.lines["workload"])
+            self.keys(overrides, [p.name for p in schema.WORKLOAD], f"{where}.workload")
+            out.workload = {key: self.axis(schema.param(key), raw, f"{where}.workload.{key}", overrides.lines[key])
+                            for key, raw in overrides.items()}
+        return out
+
+
+_short = short_repr  # no message grows with the input
+
+
+def _emulate(check: _Checker, cluster_map: _Mapping, sweep_map: _Mapping) -> dict[str, Any]:
+    """``cluster.emulate``, checked: hosts required, a bandwidth here or as a sweep axis (not both)."""
+    line = cluster_map.lines["emulate"]
+    emulate_map = check.mapping(cluster_map["emulate"], "cluster.emulate", line)
+    emulate = check.section(emulate_map, schema.EMULATE, "cluster.emulate")
+    if emulate["hosts"] is None:
+        raise check.fail(line, f"cluster.emulate needs hosts ({schema.EMULATE[0].describe()})")
+    if emulate["bandwidth"] is None and "bandwidth" not in sweep_map:
+        raise check.fail(line, "cluster.emulate needs a bandwidth (like 100mbit), here or as the sweep axis "
+                               "'bandwidth'")
+    if emulate["bandwidth"] is not None and "bandwidth" in sweep_map:
+        raise check.fail(sweep_map.lines["bandwidth"], "bandwidth is set in both cluster.emulate and sweep; "
+                                                       "keep one")
+    return emulate
+
+def _sweep_name(check: _Checker, top: _Mapping) -> str:
+    name = top.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
+        raise check.fail(top.lines.get("name", 1), f"name {schema.param('name').doc}, got {_short(name)}")
+    return name
+
+
+def load_sweep(path: str | os.PathLike) -> Sweep:
+    """Read, validate and expand a sweep file, or raise ConfigError (file:line: message)."""
+    path = Path(path)
+    check = _Checker(path)
+    top = check.mapping(_read_yaml(path), "the sweep file", 1)
+    axis_names = [p.name for p in schema.AXES]
+    axis_hint = {key: "it is a grid axis; put it under 'sweep'" for key in axis_names}
+    check.keys(top, [*(p.name for p in schema.SWEEP), *_SECTIONS], "the sweep file", axis_hint)
+    for key in ("name", "workload"):
+        if key not in top:
+            raise check.fail(1, f"missing required key {key!r} in the sweep file")
+    name = _sweep_name(check, top)
+    options = {p.name: top[p.name] for p in schema.SWEEP if p.name != "name" and p.name in top}
+    top_settings = {p.name: (check.value(p, options[p.name], p.name, top.lines[p.name]) if p.name in options
+                             else p.default) for p in schema.SWEEP if p.name != "name"}
+    workload_map = check.mapping(top["workload"], "workload", top.lines["workload"])
+    cluster_map = check.mapping(top.get("cluster"), "cluster", top.lines.get("cluster", 1))
+    sweep_map = check.mapping(top.get("sweep"), "sweep", top.lines.get("sweep", 1))
+    workload = check.section(workload_map, schema.WORKLOAD, "workload", axis_hint)
+    cluster = check.section(cluster_map, schema.CLUSTER, "cluster")
+    if cluster["emulate"] is not None:
+        cluster["emulate"] = _emulate(check, cluster_map, sweep_map)
+    sweep_hints = {"compressor_params": "write a compressor's parameters in its entry under sweep.compressor"}
+    check.keys(sweep_map, [k for k in axis_names if k != "compressor_params"] + [p.name for p in schema.WORKLOAD],
+               "sweep", sweep_hints)
+    if "target_accuracy" not in workload_map and "target_accuracy" not in sweep_map:
+        raise check.fail(top.lines["workload"], "missing required key 'target_accuracy' in workload")
+    for key in sweep_map:
+        if key in workload_map:
+            raise check.fail(sweep_map.lines[key], f"{key!r} is set in both workload and sweep; keep one")
+
+    axes = {key: check.axis(schema.param(key), raw, f"sweep.{key}", sweep_map.lines[key])
+            for key, raw in sweep_map.items() if key != "compressor"}
+    raw_entries = sweep_map.get("compressor", "fp32")
+    if not isinstance(raw_entries, _Sequence):
+        raw_entries = _Sequence([raw_entries], line=sweep_map.lines.get("compressor", sweep_map.line))
+    if not raw_entries:
+        raise check.fail(raw_entries.line, "sweep.compressor is an empty list")
+    entries = [check.compressor_entry(item, f"sweep.compressor[{i}]", raw_entries.lines[i])
+               for i, item in enumerate(raw_entries)]
+    if top_settings["baselines"]:  # a baseline the file lists as it is, is not added twice
+        plain = {e.compressor for e in entries if not (e.params or e.algorithms or e.workload)}
+        entries = [_Entry(baseline) for baseline in schema.BASELINES if baseline not in plain] + entries
+
+    lines = {**{k: workload_map.lines[k] for k in workload_map}, **{k: sweep_map.lines[k] for k in sweep_map},
+             **{k: cluster_map.lines[k] for k in cluster_map}}
+    size = math.prod(len(v) for v in axes.values()) * sum(
+        math.prod(len(v) for v in (*e.params.values(), *e.workload.values())) * max(1, len(e.algorithms))
+        for e in entries)
+    if size > top_settings["max_trials"]:
+        raise check.fail(top.lines.get("max_trials", top.lines.get("sweep", 1)),
+                         f"the grid has {size} trials, more than max_trials={top_settings['max_trials']}; "
+                         "raise max_trials to run it")
+    bandwidths = axes.get("bandwidth", [])
+    if len(bandwidths) > 1 and top_settings["max_concurrent_trials"] > 1:
+        raise check.fail(top.lines["max_concurrent_trials"], "bandwidth is a sweep axis: the links are re-shaped "
+                                                             "before each trial, so trials run one at a time; "
+                                                             "set max_concurrent_trials: 1")
+    hosts = cluster["emulate"]["hosts"] if cluster["emulate"] else None
+    for workers in axes.get("num_workers", []):
+        if hosts is not None and workers > hosts:
+            raise check.fail(sweep_map.lines["num_workers"], f"num_workers {workers} is more than the {hosts} "
+                                                             "emulated hosts (cluster.emulate.hosts): one worker "
+                                                             "per host")
+    trials = _expand(check, workload, cluster, axes, entries, lines)
+    return Sweep(name, path, cluster, top_settings["max_concurrent_trials"], trials)
+
+
+# ---------------------------------------------------------------- grid expansion and names
+
+
+def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], axes: dict[str, list[Any]],
+            entries: list[_Entry], lines: dict[str, int]) -> list[dict[str, Any]]:
+    """The grid's trials; ``lines``: where each workload setting and axis was written."""
+    top_algorithms = axes.pop("algorithm", [])
+    # Axes with several values go into every name (an entry's own choices go in its part).
+    named_axes = [key for key, values in axes.items() if len(values) > 1 and key not in ("num_workers", "seed")]
+    trials, seen = [], set()
+    for entry in entries:
+        param_axes = list(entry.params.items())
+        for param_values in itertools.product(*(values for _, values in param_axes)):
+            given = dict(zip((k for k, _ in param_axes), param_values))
+            try:  # parameters valid one by one may still clash together
+                params = schema.compressor_params_of(entry.compressor, given)
+            except ValueError as error:
+                raise check.fail(entry.line, f"{entry.where}: {error}") from None
+            algorithms = entry.algorithms or [a for a in top_algorithms if a in schema.algorithms(entry.compressor)]
+            for algorithm in algorithms or [schema.default_algorithm(entry.compressor)]:
+                for override_values in itertools.product(*entry.workload.values()):
+                    overrides = dict(zip(entry.workload, override_values))
+                    for axis_values in itertools.product(*axes.values()):
+                        settings = {
+                            "compressor": entry.compressor,
+                            "compressor_params": params,
+                            "algorithm": algorithm,
+                            "num_workers": schema.param("num_workers").default,
+                            "seed": schema.param("seed").default,
+                            **{k: cluster[k] for k in ("use_gpu", "backend")},
+                            "bandwidth": cluster["emulate"]["bandwidth"] if cluster["emulate"] else None,
+                            **workload,
+                            **dict(zip(axes, axis_values)),
+                            **overrides,
+                        }
+                        settings = {key: settings[key] for key in schema.TRIAL_KEYS}
+                        data_dir = settings["data_dir"]
+                        if data_dir is not None and not Path(data_dir).expanduser().is_dir():
+                            line = entry.line if "data_dir" in overrides else lines.get("data_dir", entry.line)
+                            raise check.fail(line, f"data_dir {short_repr(data_dir)} is not a folder here "
+                                                   f"(relative to {Path.cwd()})")
+                        for key, message in schema.relation_problems(settings):
+                            if key in overrides or key not in lines:
+                                raise check.fail(entry.line, f"{entry.where}: {key}: {message}")
+                            raise check.fail(lines[key], f"{key}: {message}")
+                        trial_id = trial_id_of(settings)
+                        if trial_id in seen:  # a baseline also listed, an axis a compressor ignores
+                            continue
+                        seen.add(trial_id)
+                        shown = [*given, *(["algorithm"] if algorithms else []), *overrides,
+                                 *(k for k in named_axes if k not in overrides), "num_workers", "seed"]
+                        name = config_label({**settings, **params}, shown)
+                        trials.append({"name": name, "trial_id": trial_id, **settings})
+    return trials

@@ -1,0 +1,348 @@
+"""The training loop every worker runs: plain torch, with or without Ray.
+
+``train(config, report)`` builds the workload, wraps the model in DDP and
+attaches the compressor as its communication hook (fp32 over allreduce, the
+baseline, is plain DDP: no hook), trains, evaluates on the whole test set
+after every epoch, and calls ``report(metrics)`` with rank-aggregated metrics
+(times: max over ranks; bytes: mean).  It runs three ways with the same code:
+
+- in-process, one worker: ``python -m orchestrator.study.train_loop --compressor qsgd --bits 4``
+- under torchrun: ``torchrun --nproc-per-node 2 -m orchestrator.study.train_loop --compressor qsgd``
+- inside Ray Train, where torch.distributed is already initialised.
+
+With one worker the model is still wrapped in DDP (over a one-process group),
+so every compressor, PowerSGD included, encodes and decodes every gradient
+through the same hook as with many workers, and its cost in accuracy shows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import yaml
+
+import workloads
+from compressors.comm import accounting
+from compressors import ddp
+from compressors.comm.stats import StepStats
+from compressors.ddp.step_clock import StepClock
+
+from . import env_info, settings
+
+Report = Callable[[dict[str, Any]], None]
+EVAL_BATCH = 1000
+
+
+def _backend(config: dict[str, Any]) -> str:
+    return config["backend"] if config["backend"] != "auto" else ("nccl" if config["use_gpu"] else "gloo")
+
+
+def _setup_distributed(config: dict[str, Any], threads: int | None) -> tuple[int, int, torch.device, bool]:
+    """Join the process group (torchrun's env, or Ray's already-made group), or make a one-process
+    group so that one worker runs the same DDP hook as many; pick the device and, on CPUs, the torch
+    threads (``threads``, else the cores over the workers on this machine).
+
+    Returns rank, world, device and whether this call made the group (and must destroy it).
+    """
+    use_gpu = bool(config["use_gpu"])
+    made = False
+    if not dist.is_initialized():
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            dist.init_process_group(_backend(config))
+        else:  # an in-memory store: nothing listens on a port
+            dist.init_process_group(_backend(config), store=dist.HashStore(), rank=0, world_size=1)
+            made = True
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if use_gpu:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+        # Workers sharing one machine's cores would otherwise oversubscribe them.
+        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local))
+    return rank, world, device, made
+
+
+def _comm_hook(config: dict[str, Any], compressor: str, algorithm: str | None,
+               params: dict[str, Any], impl: str = "auto") -> Any:
+    return ddp.comm_hook(compressor, algorithm, min_compress_numel=config["min_compress_numel"],
+                         seed=config["seed"], impl=impl, overlap=config["overlap"], **params)
+
+
+def _plain_ddp(config: dict[str, Any]) -> bool:
+    """fp32 over allreduce is what users run: DDP with no hook, its bucketed all_reduce overlapped."""
+    return config["compressor"] == "fp32" and config["algorithm"] in (None, "allreduce")
+
+
+class _PlainDDP:
+    """The statistics of plain DDP, which has no hook to count them: the bytes of its ring all_reduces of
+    every gradient in fp32 (``accounting``); its collectives' own time is not observable (NaN)."""
+
+    def __init__(self, grad_numel: int, world: int) -> None:
+        self.bytes_sent = accounting.ring_allreduce_bytes(4 * grad_numel, world)
+        self.numel = grad_numel
+        self.history: list[StepStats] = []
+
+    def end_step(self) -> None:
+        self.history.append(StepStats(bytes_sent=self.bytes_sent, comm_s=math.nan, numel=self.numel))
+
+
+def _optimizer(config: dict[str, Any], params) -> torch.optim.Optimizer:
+    name, lr, wd = config["optimizer"], config["lr"], config["weight_decay"]
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+    momentum = 0.9 if config["momentum"] is None else config["momentum"]
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=wd)
+
+
+class _Aggregate:
+    """Rank-aggregated scalars: one all_reduce per kind."""
+
+    def __init__(self, world: int, device: torch.device) -> None:
+        self.world, self.device = world, device
+
+    def __call__(self, values: list[float], op: str) -> list[float]:
+        if self.world == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        reduce = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(op, dist.ReduceOp.SUM)
+        dist.all_reduce(t, op=reduce)
+        out = t.tolist()
+        return [v / self.world for v in out] if op == "mean" else out
+
+
+def _evaluate(model: torch.nn.Module, test: workloads.Split, rank: int, world: int, device: torch.device,
+              aggregate: _Aggregate) -> tuple[float, float]:
+    """Accuracy and mean loss on the whole test set, each rank taking every world-th sample."""
+    model.eval()
+    correct, loss_sum = 0.0, 0.0
+    x_all, y_all = test.x[rank::world], test.y[rank::world]
+    with torch.no_grad():
+        for i in range(0, len(y_all), EVAL_BATCH):
+            x, y = x_all[i:i + EVAL_BATCH].to(device), y_all[i:i + EVAL_BATCH].to(device)
+            out = model(x)
+            loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
+            correct += float((out.argmax(1) == y).sum())
+    model.train()
+    correct, loss_sum = aggregate([correct, loss_sum], "sum")
+    return correct / len(test.y), loss_sum / len(test.y)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def train(config: dict[str, Any], report: Report | None = None, threads: int | None = None) -> dict[str, Any]:
+    """Train one configuration; returns ``{status, reason, model_summary, final, history}``.
+
+    ``config`` holds training-loop settings (``settings.TRAINING_KEYS``; missing
+    ones take their defaults); an invalid one raises ValueError naming it.
+    ``threads``: torch threads on CPUs where the launcher knows better than the
+    local world size (emulated hosts share one machine's cores).
+    """
+    config = settings.check_training(config)
+    rank, world, device, made_group = _setup_distributed(config, threads)
+    try:
+        return _train(config, report, rank, world, device)
+    finally:
+        if made_group:
+            dist.destroy_process_group()
+
+
+def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
+           device: torch.device) -> dict[str, Any]:
+    aggregate = _Aggregate(world, device)
+    options = {p.name: config[p.name] for p in workloads.dataset_options(config["dataset"])}
+    data = workloads.build_dataset(config["dataset"], data_dir=config["data_dir"], seed=config["seed"], **options)
+    torch.manual_seed(config["seed"])  # identical initial weights on every rank
+    model_options = {p.name: config[p.name] for p in workloads.model_options(config["model"])}
+    model = workloads.build_model(config["model"], data.input_shape, data.num_classes, **model_options).to(device)
+    summary = workloads.model_summary(model, config["min_compress_numel"])
+
+    # DDP also with one worker: the compressor encodes and decodes every gradient, so its cost in
+    # accuracy shows, through the same hook as with many.
+    model = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=config["bucket_cap_mb"])
+    params = list(model.module.parameters())
+    grad_numel = sum(p.numel() for p in params)
+    clock = StepClock(model.module)
+    if _plain_ddp(config):
+        plain = _PlainDDP(grad_numel, world)
+        warm = main = plain
+    else:
+        plain = None
+        main = _comm_hook(config, config["compressor"], config["algorithm"], config["compressor_params"],
+                          config["impl"])
+        warm = _comm_hook(config, "fp32", None, {})
+        switch = ddp.HookSwitch(warm if config["warmup_epochs"] > 0 else main, clock)
+        switch.register(model, [warm, main])
+    optimizer = _optimizer(config, params)
+    samples_per_epoch = math.ceil(len(data.train.y) / world)
+
+    history: list[dict[str, Any]] = []
+    status, reason, train_time, reached_at = "ok", None, 0.0, None
+    global_step = 0
+    for epoch in range(1, config["epochs"] + 1):
+        if config["fail_at_epoch"] == epoch:
+            raise RuntimeError(f"fail_at_epoch={epoch}: failing on purpose")
+        hook = warm if epoch <= config["warmup_epochs"] else main
+        if plain is None:
+            switch.active = hook
+        indices = workloads.shard_indices(len(data.train.y), rank, world, epoch, config["seed"])
+        steps = math.ceil(samples_per_epoch / config["batch_size"])
+        if config["max_steps_per_epoch"]:
+            steps = min(steps, config["max_steps_per_epoch"])
+        step_times, exposed, loss_sum, samples = [], [], 0.0, 0
+        first_stat = len(hook.history)
+        ticks = env_info.cpu_ticks()
+        for step in range(steps):
+            batch = indices[step * config["batch_size"]:(step + 1) * config["batch_size"]]
+            x, y = data.train.x[batch].to(device), data.train.y[batch].to(device)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            clock.start()
+            loss = F.cross_entropy(model(x), y)
+            if config["force_nan_at_step"] == global_step:
+                loss = loss * math.nan
+            optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            exposed.append(clock.exposed_s(time.perf_counter()))
+            optimizer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            step_times.append(time.perf_counter() - start)
+            if plain is not None:
+                plain.end_step()
+            loss_sum += float(loss.detach()) * len(batch)
+            samples += len(batch)
+            global_step += 1
+        stats = hook.history[first_stat:]
+        end_ticks = env_info.cpu_ticks()
+        steal, idle = env_info.steal_share(ticks, end_ticks), env_info.idle_share(ticks, end_ticks)
+        # One MAX over ranks: the most stolen machine, and the least idle one as its idle share negated.
+        # NaN (no /proc/stat) is sent as -2, below every share: a MAX with a NaN depends on the ranks' order.
+        epoch_time, steal, idle = aggregate([sum(step_times), steal if math.isfinite(steal) else -2.0,
+                                             -idle if math.isfinite(idle) else -2.0], "max")
+        idle = -idle
+        train_time += epoch_time
+        loss_sum, samples = aggregate([loss_sum, float(samples)], "sum")
+        bytes_sent = statistics.fmean(s.bytes_sent for s in stats) if stats else 0.0
+        # Per step: its time, compute = time - exposed communication, and the hook's own phases.
+        per_step = [(t, t - x, x, s.encode_s, s.comm_s, s.decode_s) for t, x, s in zip(step_times, exposed, stats)]
+        medians = [_median([row[i] for row in per_step]) for i in range(6)]
+        if plain is not None:
+            medians[4] = 0.0  # plain DDP's comm_s is not observable: NaN, set below, not sent through gloo's max
+        step_time, compute_s, exposed_comm_s, encode_s, comm_s, decode_s = aggregate(medians, "max")
+        if plain is not None:
+            comm_s = math.nan
+        (bytes_sent,) = aggregate([bytes_sent], "mean")
+        train_loss = loss_sum / max(samples, 1)
+        accuracy, test_loss = _evaluate(model, data.test, rank, world, device, aggregate)
+        if reached_at is None and config["target_accuracy"] is not None and accuracy >= config["target_accuracy"]:
+            reached_at = train_time
+        # The last step's update may overflow after its (finite) loss was taken: check what it left.
+        finite_params = bool(torch.stack([torch.isfinite(p).all() for p in params]).all())
+        (finite_params,) = aggregate([float(finite_params)], "min")
+        if not math.isfinite(train_loss) or not math.isfinite(test_loss):
+            which, value = ("train", train_loss) if not math.isfinite(train_loss) else ("test", test_loss)
+            status, reason = "diverged", f"{which} loss became {value} in epoch {epoch}"
+        elif not finite_params:
+            status, reason = "diverged", f"a parameter became non-finite in epoch {epoch}"
+        metrics = {
+            "epoch": epoch, "train_time_s": train_time, "test_accuracy": accuracy, "test_loss": test_loss,
+            "train_loss": train_loss, "step_time_s": step_time,
+            "samples_per_s": samples / max(epoch_time, 1e-12),
+            "compute_s": compute_s, "exposed_comm_s": exposed_comm_s,
+            "encode_s": encode_s, "comm_s": comm_s, "decode_s": decode_s,
+            "bytes_sent": bytes_sent, "cpu_steal_share": steal if steal >= 0 else math.nan,
+            "cpu_idle_share": idle if idle <= 1 else math.nan,
+            "compression_ratio": accounting.compression_ratio(grad_numel, world, bytes_sent),
+            "time_to_accuracy_s": reached_at,
+            "status": "running" if status == "ok" and epoch < config["epochs"] else status,
+        }
+        history.append(metrics)
+        if report is not None:
+            report(metrics)
+        if status == "diverged":
+            break
+    return {"status": status, "reason": reason, "model_summary": summary,
+            "final": history[-1] if history else {}, "history": history}
+
+
+def _flag_type(key: str) -> Callable[[str], Any]:
+    """Read a flag's text as YAML reads a value, then check it against the setting's declaration."""
+    param = settings.param(key)
+
+    def parse(text: str) -> Any:
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        problem = param.problem(value)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
+        return param.check(key, value)
+
+    parse.__name__ = param.kind if isinstance(param.kind, str) else param.kind.__name__  # argparse's messages
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m orchestrator.study.train_loop", allow_abbrev=False,
+        description="Train one configuration without Ray; under torchrun, one process per worker "
+                    "(the number of workers is torchrun's --nproc-per-node).")
+    for key in settings.TRAINING_KEYS:
+        param = settings.param(key)
+        parser.add_argument(f"--{key}", type=_flag_type(key), default=None, metavar=key.upper(),
+                            help=f"{param.doc}; valid: {param.describe()}; default: {param.default}")
+    parser.add_argument("--json", default=None, metavar="PATH", help="write the result here")
+    return parser
+
+
+def _parse_args(argv: list[str] | None) -> dict[str, Any]:
+    parser = _parser()
+    args = vars(parser.parse_args(argv))
+    out = args.pop("json")
+    config = {k: v for k, v in args.items() if v is not None}
+    try:
+        settings.check_training(config)
+    except ValueError as error:
+        parser.error(str(error))
+    return {"config": config, "json": out}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse_args(argv)
+    def show(m: dict[str, Any]) -> None:
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            print(f"epoch {m['epoch']}: test_accuracy {m['test_accuracy']:.4f}  train_loss {m['train_loss']:.4f}  "
+                  f"train_time_s {m['train_time_s']:.2f}  step_time_s {m['step_time_s']:.4f}  "
+                  f"bytes_sent {m['bytes_sent']:.0f}", flush=True)
+    result = train(args["config"], report=show)
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        s = result["model_summary"]
+        print(f"model: {s['parameters']:,} parameters, {s['grad_bytes_fp32']:,} gradient bytes in fp32, "
+              f"{s['compressible_share']:.1%} of them in tensors of >= min_compress_numel elements")
+        print(f"status: {result['status']}" + (f" ({result['reason']})" if result["reason"] else ""))
+        if args["json"]:
+            with open(args["json"], "w") as f:
+                json.dump(result, f, indent=1)
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
