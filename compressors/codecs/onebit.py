@@ -31,8 +31,8 @@ from ..core.pairwise import pairwise_sum
 from ..core.params import Param
 
 GROUPINGS = ("column", "row")
-# Column is the papers' grouping (issue 14: on MNIST MLP gradients it changes 1-bit error by up to a third
-# per layer, either way). sra splits such tensors by columns (``split_axis``), so each group stays whole.
+# Column is the papers' grouping (on MNIST MLP gradients it changes 1-bit error by up to a third per
+# layer, either way: benchmarks/grouping_error.py). sra splits such tensors by columns (``split_axis``), so each group stays whole.
 GROUPING = Param("grouping", "column", str, choices=GROUPINGS,
                  doc="what shares the reconstruction values: a column of the (out, in) view (per input unit, "
                      "as in CNTK/LBANN) or a row (per output unit)")

@@ -37,7 +37,8 @@ from . import netns
 from .calibrate import calibrate
 from .netns import Network, NetworkError
 
-STATE_ROOT = Path("/tmp/lowprec-emu")
+# Runtime state of root's clusters (namespaces need root): gone with a reboot, as the namespaces are.
+STATE_ROOT = Path("/run/lowprec-emu")
 DEFAULT_PREFIX = "lp"
 SWEEP_PREFIX = "lpsweep"  # a sweep's own cluster (cluster.emulate)
 DEFAULT_SUBNET = "198.18.0"

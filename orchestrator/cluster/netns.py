@@ -1,6 +1,6 @@
 """Emulated hosts on one Linux machine: network namespaces joined by rate-limited links (no Ray).
 
-Topology (DESIGN.md 7b): host namespaces ``<prefix>-h0 .. h<N-1>``, each with a
+Topology: host namespaces ``<prefix>-h0 .. h<N-1>``, each with a
 veth ``eth0`` whose peer ``p<i>`` is a port of a bridge in a switch namespace
 ``<prefix>-sw``. Host i has the address ``<subnet>.<i+1>/24`` in 198.18.0.0/15
 (the range set aside for benchmarks) and no default route: nothing is added to

@@ -1,4 +1,4 @@
-"""The performance model of a data-parallel step (../shared/DESIGN.md section 8): pure arithmetic.
+"""The performance model of a data-parallel step: pure arithmetic (docs/predictor.md).
 
 Costs of the collectives from a link's latency ``alpha`` (s per message) and bandwidth ``B``
 (bytes/s each way, full duplex: a host sends and receives at B at once), and the step as a

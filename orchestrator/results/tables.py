@@ -1,7 +1,7 @@
 """The tables of a sweep's results, built with pandas from its trial records (no Ray, no files).
 
 ``trials_table(records)`` is trials.csv and ``history_table(records)`` is
-history.csv; their columns are documented in orchestrator.results.export. The
+history.csv; their columns are declared in orchestrator.study.columns. The
 comparisons between trials are pandas group-bys on two keys computed once per
 trial (``_keys``): the *scale* (every setting except compressor, its
 parameters and algorithm) and the *workload* (the scale without the seed).
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..study.columns import ID_COLUMNS, MODEL_COLUMNS, RESULT_COLUMNS, STEP_METRICS
 from ..study.labels import config_label
 from ..study.settings import FP32, SIXTEEN_BIT, compressor_param_names
 
@@ -32,19 +33,6 @@ __all__ = [
 ]
 
 
-# Per-step metrics of the training loop, summarised as the median over epochs.
-STEP_METRICS = ("step_time_s", "compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
-                "samples_per_s", "bytes_sent", "compression_ratio", "cpu_steal_share", "cpu_idle_share")
-# workloads.model_summary of the trained model, as the training loop returned it.
-MODEL_COLUMNS = ("parameters", "grad_bytes_fp32", "compressible_share")
-RESULT_COLUMNS = (
-    "epochs_run", "attempts", "final_accuracy", "best_accuracy", "accuracy_delta", "time_to_accuracy_s",
-    "train_time_s", "speedup_vs_fp32", "speedup_basis", "speedup_vs_16bit", "speedup_vs_16bit_basis",
-    # the performance model's step time (orchestrator.results.export fills it in) beside the measured one
-    STEP_METRICS[0], "predicted_step_time_s", *STEP_METRICS[1:], *MODEL_COLUMNS,
-    "calibrated_bps", "calibrated_latency_s", "worker_node_ips",
-)
-ID_COLUMNS = ("trial_id", "name", "status", "reason")
 # The times a speedup compares, in order of preference, and the basis each is named by.
 _SPEEDUP_TIMES = (("time_to_accuracy_s", "time_to_accuracy"), ("step_time_s", "step_time"))
 

@@ -3,8 +3,8 @@
 ``train(config, report)`` builds the workload, wraps the model in DDP and
 attaches the compressor as its communication hook (fp32 over allreduce, the
 baseline, is plain DDP: no hook), trains, evaluates on the whole test set
-after every epoch, and calls ``report(metrics)`` with rank-aggregated metrics
-(times: max over ranks; bytes: mean).  It runs three ways with the same code:
+after every epoch, and calls ``report(metrics)`` with the epoch's columns
+(orchestrator.study.columns.EPOCH, each reduced over steps and ranks as it is declared there).  It runs three ways with the same code:
 
 - in-process, one worker: ``python -m orchestrator.study.train_loop --compressor qsgd --bits 4``
 - under torchrun: ``torchrun --nproc-per-node 2 -m orchestrator.study.train_loop --compressor qsgd``
@@ -20,7 +20,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +35,7 @@ from compressors import ddp
 from compressors.comm.stats import StepStats
 from compressors.ddp.step_clock import StepClock
 
-from . import env_info, settings
+from . import columns, env_info, settings
 
 Report = Callable[[dict[str, Any]], None]
 EVAL_BATCH = 1000
@@ -86,7 +85,8 @@ def _plain_ddp(config: dict[str, Any]) -> bool:
 
 class _PlainDDP:
     """The statistics of plain DDP, which has no hook to count them: the bytes of its ring all_reduces of
-    every gradient in fp32 (``accounting``); its collectives' own time is not observable (NaN)."""
+    every gradient in fp32 (``accounting``); its collectives' own time is not observable (NaN: the
+    tables leave it empty)."""
 
     def __init__(self, grad_numel: int, world: int) -> None:
         self.bytes_sent = accounting.ring_allreduce_bytes(4 * grad_numel, world)
@@ -106,19 +106,19 @@ def _optimizer(config: dict[str, Any], params) -> torch.optim.Optimizer:
 
 
 class _Aggregate:
-    """Rank-aggregated scalars: one all_reduce per kind."""
+    """Scalars reduced over the ranks (op: max, min or sum): one all_reduce per call."""
+
+    _OPS = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "sum": dist.ReduceOp.SUM}
 
     def __init__(self, world: int, device: torch.device) -> None:
         self.world, self.device = world, device
 
     def __call__(self, values: list[float], op: str) -> list[float]:
         if self.world == 1:
-            return values
+            return list(values)
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        reduce = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(op, dist.ReduceOp.SUM)
-        dist.all_reduce(t, op=reduce)
-        out = t.tolist()
-        return [v / self.world for v in out] if op == "mean" else out
+        dist.all_reduce(t, op=self._OPS[op])
+        return t.tolist()
 
 
 def _evaluate(model: torch.nn.Module, test: workloads.Split, rank: int, world: int, device: torch.device,
@@ -136,10 +136,6 @@ def _evaluate(model: torch.nn.Module, test: workloads.Split, rank: int, world: i
     model.train()
     correct, loss_sum = aggregate([correct, loss_sum], "sum")
     return correct / len(test.y), loss_sum / len(test.y)
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else 0.0
 
 
 def train(config: dict[str, Any], report: Report | None = None, threads: int | None = None) -> dict[str, Any]:
@@ -192,13 +188,13 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
     history: list[dict[str, Any]] = []
     status, reason, train_time, reached_at = "ok", None, 0.0, None
     global_step = 0
-    for epoch in range(1, config["epochs"] + 1):
-        if config["fail_at_epoch"] == epoch:
-            raise RuntimeError(f"fail_at_epoch={epoch}: failing on purpose")
-        hook = warm if epoch <= config["warmup_epochs"] else main
+    for epoch_number in range(1, config["epochs"] + 1):
+        if config["fail_at_epoch"] == epoch_number:
+            raise RuntimeError(f"fail_at_epoch={epoch_number}: failing on purpose")
+        hook = warm if epoch_number <= config["warmup_epochs"] else main
         if plain is None:
             switch.active = hook
-        indices = workloads.shard_indices(len(data.train.y), rank, world, epoch, config["seed"])
+        indices = workloads.shard_indices(len(data.train.y), rank, world, epoch_number, config["seed"])
         steps = math.ceil(samples_per_epoch / config["batch_size"])
         if config["max_steps_per_epoch"]:
             steps = min(steps, config["max_steps_per_epoch"])
@@ -229,24 +225,20 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             global_step += 1
         stats = hook.history[first_stat:]
         end_ticks = env_info.cpu_ticks()
-        steal, idle = env_info.steal_share(ticks, end_ticks), env_info.idle_share(ticks, end_ticks)
-        # One MAX over ranks: the most stolen machine, and the least idle one as its idle share negated.
-        # NaN (no /proc/stat) is sent as -2, below every share: a MAX with a NaN depends on the ranks' order.
-        epoch_time, steal, idle = aggregate([sum(step_times), steal if math.isfinite(steal) else -2.0,
-                                             -idle if math.isfinite(idle) else -2.0], "max")
-        idle = -idle
+        # Per step: its time, compute = time - exposed communication, and the hook's own phases.
+        per_step = {
+            "train_time_s": step_times, "step_time_s": step_times,
+            "compute_s": [t - x for t, x in zip(step_times, exposed)], "exposed_comm_s": exposed,
+            "encode_s": [s.encode_s for s in stats], "comm_s": [s.comm_s for s in stats],
+            "decode_s": [s.decode_s for s in stats], "bytes_sent": [s.bytes_sent for s in stats],
+        }
+        local = {name: columns.over_steps(name, values) for name, values in per_step.items()}
+        local["cpu_steal_share"] = env_info.steal_share(ticks, end_ticks)
+        local["cpu_idle_share"] = env_info.idle_share(ticks, end_ticks)
+        epoch = {**columns.reduce_over_ranks(local, aggregate), "epoch": epoch_number}
+        epoch_time = epoch["train_time_s"]
         train_time += epoch_time
         loss_sum, samples = aggregate([loss_sum, float(samples)], "sum")
-        bytes_sent = statistics.fmean(s.bytes_sent for s in stats) if stats else 0.0
-        # Per step: its time, compute = time - exposed communication, and the hook's own phases.
-        per_step = [(t, t - x, x, s.encode_s, s.comm_s, s.decode_s) for t, x, s in zip(step_times, exposed, stats)]
-        medians = [_median([row[i] for row in per_step]) for i in range(6)]
-        if plain is not None:
-            medians[4] = 0.0  # plain DDP's comm_s is not observable: NaN, set below, not sent through gloo's max
-        step_time, compute_s, exposed_comm_s, encode_s, comm_s, decode_s = aggregate(medians, "max")
-        if plain is not None:
-            comm_s = math.nan
-        (bytes_sent,) = aggregate([bytes_sent], "mean")
         train_loss = loss_sum / max(samples, 1)
         accuracy, test_loss = _evaluate(model, data.test, rank, world, device, aggregate)
         if reached_at is None and config["target_accuracy"] is not None and accuracy >= config["target_accuracy"]:
@@ -256,21 +248,17 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
         (finite_params,) = aggregate([float(finite_params)], "min")
         if not math.isfinite(train_loss) or not math.isfinite(test_loss):
             which, value = ("train", train_loss) if not math.isfinite(train_loss) else ("test", test_loss)
-            status, reason = "diverged", f"{which} loss became {value} in epoch {epoch}"
+            status, reason = "diverged", f"{which} loss became {value} in epoch {epoch_number}"
         elif not finite_params:
-            status, reason = "diverged", f"a parameter became non-finite in epoch {epoch}"
-        metrics = {
-            "epoch": epoch, "train_time_s": train_time, "test_accuracy": accuracy, "test_loss": test_loss,
-            "train_loss": train_loss, "step_time_s": step_time,
+            status, reason = "diverged", f"a parameter became non-finite in epoch {epoch_number}"
+        epoch.update({
+            "train_time_s": train_time, "test_accuracy": accuracy, "test_loss": test_loss, "train_loss": train_loss,
             "samples_per_s": samples / max(epoch_time, 1e-12),
-            "compute_s": compute_s, "exposed_comm_s": exposed_comm_s,
-            "encode_s": encode_s, "comm_s": comm_s, "decode_s": decode_s,
-            "bytes_sent": bytes_sent, "cpu_steal_share": steal if steal >= 0 else math.nan,
-            "cpu_idle_share": idle if idle <= 1 else math.nan,
-            "compression_ratio": accounting.compression_ratio(grad_numel, world, bytes_sent),
+            "compression_ratio": accounting.compression_ratio(grad_numel, world, epoch["bytes_sent"]),
             "time_to_accuracy_s": reached_at,
-            "status": "running" if status == "ok" and epoch < config["epochs"] else status,
-        }
+            "status": "running" if status == "ok" and epoch_number < config["epochs"] else status,
+        })
+        metrics = {c.name: epoch[c.name] for c in columns.EPOCH}
         history.append(metrics)
         if report is not None:
             report(metrics)

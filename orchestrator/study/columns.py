@@ -1,0 +1,210 @@
+"""Every results column, declared once: name, unit, a one-line doc, and how it reduces.
+
+A column of ``history.csv`` (``EPOCH``) is what the training loop reports per
+epoch. Where it is measured per step it reduces over the epoch's steps
+(``steps``), then over the ranks (``ranks``); a column without ``ranks`` is
+computed from reduced values. A column of ``trials.csv`` (``TRIAL``) is one
+value per trial: an epoch column reduced over the epochs (``epochs``), or a
+comparison between trials that orchestrator.results.tables computes.
+
+A value that is undefined is NaN (an empty cell in the tables): a step that
+has no such phase, a rank without /proc/stat. Reductions skip NaN and give NaN
+only where every value is NaN, so the result never depends on the order of
+ranks or steps. ``python -m orchestrator.study.columns`` prints the docs' list
+(docs/results.md, checked by a test).
+
+Adding a column: declare it here, compute it where the training loop (or the
+tables) can.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+STEP_REDUCTIONS = ("median", "mean", "sum")
+RANK_REDUCTIONS = ("max", "min", "mean", "sum")
+EPOCH_REDUCTIONS = ("median", "last")
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    unit: str
+    doc: str
+    steps: str | None = None  # over an epoch's steps: one of STEP_REDUCTIONS
+    ranks: str | None = None  # over the ranks: one of RANK_REDUCTIONS
+    epochs: str | None = None  # into trials.csv, over the epochs run: one of EPOCH_REDUCTIONS
+
+    def __post_init__(self) -> None:
+        for value, valid in ((self.steps, STEP_REDUCTIONS), (self.ranks, RANK_REDUCTIONS),
+                             (self.epochs, EPOCH_REDUCTIONS)):
+            if value is not None and value not in valid:
+                raise ValueError(f"column {self.name}: reduction {value!r}; valid: {valid}")
+
+    def how(self) -> str:
+        """How the value is reduced, in words (the docs' list)."""
+        parts = []
+        if self.steps:
+            parts.append(f"{self.steps} over the epoch's steps")
+        if self.ranks:
+            parts.append(f"{self.ranks} over ranks")
+        if self.epochs:
+            parts.append("trials.csv: the last epoch's" if self.epochs == "last" else
+                         f"trials.csv: {self.epochs} over epochs")
+        return "; ".join(parts)
+
+# history.csv: what the training loop reports after each epoch, in this order.
+EPOCH: tuple[Column, ...] = (
+    Column("epoch", "", "the epoch, from 1"),
+    Column("train_time_s", "s", "seconds in training steps so far (forward, backward, communication, optimizer; "
+           "no start-up, no evaluation): each epoch the slowest rank's sum of its step times",
+           steps="sum", ranks="max", epochs="last"),
+    Column("test_accuracy", "share", "accuracy on the whole test set after the epoch, in [0, 1]"),
+    Column("test_loss", "", "mean cross-entropy on the whole test set after the epoch"),
+    Column("train_loss", "", "mean cross-entropy over the epoch's training samples, all ranks"),
+    Column("step_time_s", "s", "seconds per training step", steps="median", ranks="max", epochs="median"),
+    Column("samples_per_s", "samples/s", "training throughput of all workers: samples / the epoch's time",
+           epochs="median"),
+    Column("compute_s", "s", "of a step: forward, backward and optimizer without waiting on communication "
+           "(step time minus exposed communication)", steps="median", ranks="max", epochs="median"),
+    Column("exposed_comm_s", "s", "of a step: communication backward did not hide (the hooks' main-thread part "
+           "and waiting for their futures; compressors.ddp.step_clock)", steps="median", ranks="max",
+           epochs="median"),
+    Column("encode_s", "s", "the hook's encoding per step; overlaps the step when overlap is on",
+           steps="median", ranks="max", epochs="median"),
+    Column("comm_s", "s", "wall time of the hook's collectives per step, each second once; empty for plain DDP "
+           "(fp32 over allreduce: no hook to time it)", steps="median", ranks="max", epochs="median"),
+    Column("decode_s", "s", "the hook's decoding per step; overlaps the step when overlap is on",
+           steps="median", ranks="max", epochs="median"),
+    Column("bytes_sent", "bytes", "bytes one rank sends per step", steps="mean", ranks="mean", epochs="median"),
+    Column("cpu_steal_share", "share", "share of the machine's CPU time a hypervisor gave to other guests during "
+           "the epoch's steps (0 on bare metal; empty without /proc/stat): a noisy neighbour",
+           ranks="max", epochs="median"),
+    Column("cpu_idle_share", "share", "share of the machine's CPU time idle or waiting for I/O during the epoch's "
+           "steps (empty without /proc/stat): near 0 where the cores, not the link, set the pace",
+           ranks="min", epochs="median"),
+    Column("compression_ratio", "ratio", "fp32 ring-allreduce bytes / bytes_sent", epochs="median"),
+    Column("time_to_accuracy_s", "s", "train_time_s at the end of the first epoch whose test accuracy reached "
+           "target_accuracy; empty until then", epochs="last"),
+    Column("status", "", "the loop's status after the epoch: running, ok or diverged"),
+)
+
+# trials.csv: one value per trial, after the trial's id columns and settings, in this order.
+ID: tuple[Column, ...] = (
+    Column("trial_id", "", "the stable id of the trial (a hash of its settings)"),
+    Column("name", "", "the trial's readable name"),
+    Column("status", "", "ok; diverged (the loss or a parameter became NaN/inf: the loop stopped); failed (an "
+           "exception, or workers lost beyond max_failures)"),
+    Column("reason", "", "why a trial is not ok (empty otherwise)"),
+)
+
+_EPOCH = {c.name: c for c in EPOCH}
+
+def _from_epochs(name: str) -> Column:
+    return _EPOCH[name]
+
+TRIAL: tuple[Column, ...] = (
+    Column("epochs_run", "", "epochs reported (fewer than epochs if stopped early)"),
+    Column("attempts", "", "how many times the trial's workers started: 1, more after restarts under "
+           "max_failures (every result is the last attempt's), 0 if never placed"),
+    Column("final_accuracy", "share", "test accuracy after the last epoch run (the last finite one)"),
+    Column("best_accuracy", "share", "highest test accuracy over the epochs"),
+    Column("accuracy_delta", "share", "final_accuracy minus the mean final_accuracy of the ok fp32 trials of "
+           "the same workload (all settings but compression and seed); negative: accuracy lost to compression"),
+    _from_epochs("time_to_accuracy_s"),
+    _from_epochs("train_time_s"),
+    Column("speedup_vs_fp32", "ratio", "baseline time / own time against the ok fp32 trials of the same settings "
+           "but compression (the same seed, else the mean over the others): time_to_accuracy_s where this trial "
+           "and its baseline reached the target, else step_time_s; fp32 trials get 1"),
+    Column("speedup_basis", "", "which time speedup_vs_fp32 compares: time_to_accuracy or step_time"),
+    Column("speedup_vs_16bit", "ratio", "the same against the 16-bit baseline (fp16, or bf16 where a study has "
+           "no fp16 trials)"),
+    Column("speedup_vs_16bit_basis", "", "which time speedup_vs_16bit compares"),
+    _from_epochs("step_time_s"),
+    Column("predicted_step_time_s", "s", "what the performance model (lowprec predict) expects of a multi-worker "
+           "trial on an emulated cluster, from the folder's one-worker trials and the calibrated link; empty "
+           "elsewhere"),
+    *(_from_epochs(name) for name in ("compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
+                                      "samples_per_s", "bytes_sent", "compression_ratio", "cpu_steal_share",
+                                      "cpu_idle_share")),
+    Column("parameters", "", "the model's parameter count (empty for a trial that failed before training)"),
+    Column("grad_bytes_fp32", "bytes", "the model's gradient bytes in fp32"),
+    Column("compressible_share", "share", "share of the gradient bytes in tensors of at least "
+           "min_compress_numel elements (the part a compressor acts on)"),
+    Column("calibrated_bps", "bit/s", "on an emulated cluster, what a calibration all_reduce moved over each link "
+           "at the trial's bandwidth (TCP goodput); empty elsewhere"),
+    Column("calibrated_latency_s", "s", "the calibration's latency per message at that bandwidth"),
+    Column("worker_node_ips", "", "the Ray node of each rank, in rank order, space-separated"),
+)
+
+# Per-step metrics of trials.csv: the median over epochs of an epoch column.
+STEP_METRICS: tuple[str, ...] = tuple(c.name for c in TRIAL if c.epochs == "median")
+# workloads.model_summary of the trained model, as the training loop returned it.
+MODEL_COLUMNS: tuple[str, ...] = ("parameters", "grad_bytes_fp32", "compressible_share")
+ID_COLUMNS: tuple[str, ...] = tuple(c.name for c in ID)
+RESULT_COLUMNS: tuple[str, ...] = tuple(c.name for c in TRIAL)
+
+def column(name: str) -> Column:
+    """The declaration of an epoch column (KeyError names the valid ones)."""
+    if name not in _EPOCH:
+        raise KeyError(f"no epoch column {name!r}; valid: {list(_EPOCH)}")
+    return _EPOCH[name]
+
+def _finite(values: Iterable[float]) -> list[float]:
+    return [v for v in values if not math.isnan(v)]
+
+_STEP: dict[str, Callable[[list[float]], float]] = {
+    "median": statistics.median, "mean": statistics.fmean, "sum": math.fsum}
+
+def over_steps(name: str, values: Iterable[float]) -> float:
+    """An epoch's value of column ``name`` from its per-step values (NaN ones skipped; none left: NaN)."""
+    kept = _finite(values)
+    return _STEP[column(name).steps](kept) if kept else math.nan
+
+def reduce_over_ranks(values: dict[str, float], all_reduce: Callable[[list[float], str], list[float]]) -> dict[str, float]:
+    """Each column's value reduced over the ranks as it is declared, one ``all_reduce(values, op)`` per
+    reduction (op: max, min or sum; it returns the reduced list). A rank's NaN takes no part: with max,
+    min and mean a flag per column says which ranks have a value; no rank has one: NaN."""
+    out: dict[str, float] = {}
+    for op in RANK_REDUCTIONS:
+        names = [name for name in values if column(name).ranks == op]
+        if not names:
+            continue
+        own = [values[name] for name in names]
+        if op == "sum":  # NaN anywhere makes the sum NaN, whatever the order
+            out.update(zip(names, all_reduce(own, "sum")))
+            continue
+        has = [0.0 if math.isnan(v) else 1.0 for v in own]
+        if op == "mean":
+            sums = all_reduce([0.0 if math.isnan(v) else v for v in own] + has, "sum")
+            totals, counts = sums[:len(names)], sums[len(names):]
+            out.update((n, t / c if c else math.nan) for n, t, c in zip(names, totals, counts))
+            continue
+        # max or min: the flags travel with the values under the same op (negated for min).
+        fill = -math.inf if op == "max" else math.inf
+        sign = 1.0 if op == "max" else -1.0
+        reduced = all_reduce([fill if math.isnan(v) else v for v in own] + [sign * h for h in has], op)
+        out.update((n, v if sign * h > 0 else math.nan)
+                   for n, v, h in zip(names, reduced[:len(names)], reduced[len(names):]))
+    return out
+
+def markdown() -> str:
+    """The docs' column lists (docs/results.md), generated from the declarations."""
+    def rows(columns: Iterable[Column]) -> list[str]:
+        out = []
+        for c in columns:
+            unit = f" [{c.unit}]" if c.unit else ""
+            how = f" ({c.how()})" if c.how() else ""
+            out.append(f"- `{c.name}`{unit}: {c.doc}{how}.")
+        return out
+
+    lines = ["`trials.csv` / `trials.parquet`: one row per finished trial: the id columns, every setting "
+             "(a compressor's parameters one column each, empty where a compressor has none), then the results.",
+             "", *rows(ID), *rows(TRIAL), "",
+             "`history.csv`: one row per trial and epoch: `trial_id`, `name`, the settings, then:", "",
+             *rows(EPOCH)]
+    return "\n".join(lines) + "\n"
+
+if __name__ == "__main__":
+    print(markdown(), end="")
