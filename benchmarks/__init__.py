@@ -1,9 +1,11 @@
 """Benchmarks of the compressors and the compressed collectives (not part of the installed packages).
 
-Run from the repository root::
+Run from the repository root (the scripts do not create the folder of ``--json``)::
 
-    python -m benchmarks.compressor_bench --sizes 20,22,24 --repeats 5 --json benchmarks/out/bench_cpu.json
-    python -m benchmarks.allreduce_bench --num_workers 2 --json benchmarks/out/allreduce_w2.json
+    mkdir -p benchmarks/results/compressors benchmarks/results/allreduce
+    python -m benchmarks.compressor_bench --sizes 20,22,24 --repeats 5 --json benchmarks/results/compressors/cpu.json
+    python -m benchmarks.allreduce_bench --num_workers 2 --json benchmarks/results/allreduce/w2.json
 
-``ranks.run_ranks`` (spawned processes in one process group) is shared with the tests.
+The multi-process benchmarks spawn their ranks with the tests' ``tests.distributed.run_ranks``
+(run them from the checkout).
 """

@@ -37,7 +37,7 @@ from compressors.comm import accounting
 from orchestrator.study import env_info
 from orchestrator.study.labels import config_label
 
-from .ranks import run_ranks
+from tests.distributed import run_ranks
 
 DEFAULT_SIDES = (64, 128, 256, 512, 1024, 2048, 4096)
 MAX_SIDE = 8192

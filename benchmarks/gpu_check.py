@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_check.py OUTDIR [--steps compile,tests,sanitizer,world,bench]
 
-compile: every compressors/cuda program through CuPy (NVRTC); tests: tests/test_cuda_gpu.py
+compile: every compressors/cuda program through CuPy (NVRTC); tests: tests/compressors/cuda/test_cuda_gpu.py
 (the kernels against Numba, fresh random inputs up to 2**26 elements); sanitizer: the same tests
 under compute-sanitizer memcheck (inputs up to 2**17: memcheck is slow); world: a one-GPU NCCL
 world under torchrun (benchmarks/cuda_world.py); bench: benchmarks/cuda_bench.py. Writes
@@ -73,12 +73,12 @@ def main() -> None:
                 "print('compiled', len(build.methods()), 'programs')")], log, 600))
         if "tests" in steps:
             summary["steps"].append(_run("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-                                                   "tests/test_cuda_gpu.py"], log, 1800))
+                                                   "tests/compressors/cuda/test_cuda_gpu.py"], log, 1800))
         if "sanitizer" in steps:
             sanitizer = shutil.which("compute-sanitizer") or "compute-sanitizer"
             summary["steps"].append(_run("sanitizer", [sanitizer, "--tool", "memcheck", "--error-exitcode", "3",
                                                        "--target-processes", "all", py, "-m", "pytest", "-q", "-x",
-                                                       "-p", "no:cacheprovider", "-m", "gpu", "tests/test_cuda_gpu.py",
+                                                       "-p", "no:cacheprovider", "-m", "gpu", "tests/compressors/cuda/test_cuda_gpu.py",
                                                        "-k", "same_payloads"],
                                          log, 1800, env={"LOWPREC_GPU_MAX_NUMEL": str(2 ** 17)}))
         if "world" in steps:

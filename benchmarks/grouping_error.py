@@ -1,4 +1,4 @@
-"""Relative error of onebit and adaptive per grouping, on real gradients (issue 14, item 1).
+"""Relative error of onebit and adaptive per grouping, on real gradients.
 
     python -m benchmarks.grouping_error [--steps 50] [--measure 10] [--batch_size 128] [--lr 0.05]
                                         [--seed 0] [--json PATH]
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 import statistics
 from typing import Any
 
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
           f"batch {args.batch_size})")
     print(format_table(rows))
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "w") as f:
             json.dump({"machine": env_info.describe(), "args": vars(args), "results": rows}, f, indent=1)
     return 0

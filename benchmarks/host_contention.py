@@ -29,6 +29,7 @@ from typing import Any
 
 from orchestrator.study import env_info
 from orchestrator.predict import predictor
+from orchestrator.predict.sharing import factors
 from orchestrator.study.settings import TRAINING_KEYS
 
 PHASES = ("step_time_s", "compute_s", "encode_s", "decode_s", "exposed_comm_s")
@@ -75,13 +76,6 @@ def measure(settings: dict[str, Any], busy: int, threads: int, world: bool = Fal
     return {phase: statistics.median(f[phase] for f in figures) for phase in PHASES}
 
 
-def factors(times: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
-    """Per count of busy processes, each phase's time over its time alone (NaN where alone took none)."""
-    alone = times[min(times)]
-    return {k: {phase: t[phase] / alone[phase] if alone[phase] > 0 else float("nan") for phase in PHASES}
-            for k, t in times.items()}
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", type=Path, required=True, help="results folder with one-worker trials")
@@ -115,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"| {config.label} | {phase} | {times[1][phase] * 1e3:.1f} | "
                       + " | ".join(f"{scale[k][phase]:.2f}x" for k in counts[1:]) + " |", flush=True)
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=1))
         print(f"saved {args.json}")
 

@@ -32,7 +32,7 @@ the link rate.
 
     lowprec cluster up --hosts 2 --bandwidth 1gbit --no_ray --prefix ck --subnet 198.18.9
     python -m benchmarks.link_bench --prefix ck --subnet 198.18.9 --hosts 2 --rate 1gbit --sizes_mb 8 \\
-        --repeats 5 --json benchmarks/out/link_h2.json
+        --repeats 5 --json benchmarks/results/link/link_h2.json
     lowprec cluster down --prefix ck
 
 Root needed (``ip netns exec``). Each rank uses one torch thread.

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 import os
 import statistics
 import sys
@@ -35,7 +36,7 @@ from compressors import ddp
 from compressors.ddp.step_clock import StepClock
 from orchestrator.study import env_info
 
-from .ranks import run_ranks
+from tests.distributed import run_ranks
 
 # (label, compressor, params, overlap); compressor None: plain DDP, no hook
 PLAIN = ("fp32 plain", None, {}, True)
@@ -147,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['exposed_comm_s'] * 1000:>10.1f} {r['vs_fp32_plain']:>17.2f}")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "w") as f:
             json.dump({"machine": env_info.describe(), "args": vars(args), "rounds": rows, "table": summary}, f, indent=1)
         print(f"\nsaved {args.json}")

@@ -27,22 +27,15 @@ import argparse
 import json
 import math
 import statistics
-from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from orchestrator.study import env_info
 from orchestrator.predict import predictor
+from orchestrator.predict.sharing import finite_median, measured_scales, sharing_inputs
 
 
 PHASES = ("compute_s", "encode_s", "comm_s", "decode_s")
-
-
-def finite_median(values: Iterable[float]) -> float:
-    """The median of the finite values (a figure not every repeat has, or a phase a configuration does
-    not have, is NaN); NaN if none is."""
-    finite = [v for v in values if math.isfinite(v)]
-    return statistics.median(finite) if finite else math.nan
 
 
 def cells(runs: list[tuple[predictor.Trials, dict[str, dict[str, float]]]]) -> list[dict[str, Any]]:
@@ -84,121 +77,6 @@ def cells(runs: list[tuple[predictor.Trials, dict[str, dict[str, float]]]]) -> l
         cell["measured_speedup"] = base["measured_s"] / cell["measured_s"] if base else math.nan
         cell["predicted_speedup"] = base["predicted_s"] / cell["predicted_s"] if base else math.nan
     return sorted(rows, key=lambda c: (c["num_workers"], c["bandwidth"], not c["overlap"], c["configuration"]))
-
-
-def device_scale(algorithm: str, k: int, factors: dict[str, float], world: bool) -> predictor.DeviceScale:
-    """A configuration's device scale at ``k`` workers from its factors per phase (time at k over time
-    alone; NaN: a phase it does not have, 1x). An allreduce hook's encode and decode are its one-worker
-    exposed time (``predictor.plan``): they scale as it does, or, where the k formed one world (that time
-    then holds the collective), as its compute does. In one world an sra encodes its server chunk, a 1/k
-    part, where alone it encoded the whole: the encode factor is divided by what ``predictor.plan`` already
-    takes for that, (1 + 1/k) / 2."""
-    if algorithm == "allreduce":
-        codec = (factors["compute_s" if world else "exposed_comm_s"],) * 2
-    elif world and algorithm == "sra":
-        codec = (factors["encode_s"] / ((1 + 1 / k) / 2), factors["decode_s"])
-    else:
-        codec = (factors["encode_s"], factors["decode_s"])
-    return predictor.DeviceScale(*(f if math.isfinite(f) else 1.0 for f in (factors["compute_s"], *codec)))
-
-
-def measured_scales(contention: dict[str, Any], configs: list[predictor.Config],
-                    ) -> dict[tuple[tuple[str, str], int], predictor.DeviceScale]:
-    """``host_contention``'s factors as device scales (``device_scale``) by (configuration key, workers), for
-    the configurations of ``configs`` it measured; ``--world``: the processes formed one world."""
-    algorithm = {c.key: c.settings["algorithm"] for c in configs}
-    return {(tuple(row["key"]), int(count)): device_scale(algorithm[tuple(row["key"])], int(count), f,
-                                                          bool(contention.get("world")))
-            for row in contention["configurations"] if tuple(row["key"]) in algorithm
-            for count, f in row["factors"].items()}
-
-
-class Sharing(NamedTuple):
-    """What hosts sharing this machine cost (``sharing_inputs``): by (configuration key, workers), and the
-    busy time by (configuration key, workers, overlap)."""
-    scales: dict[tuple[tuple[str, str], int], predictor.DeviceScale]
-    latency: dict[tuple[tuple[str, str], int], float]  # s per message under that load
-    busy: dict[tuple[tuple[str, str], int, bool], float]  # the machine's busy time per step, s, by overlap too
-
-
-def sharing_inputs(sharing: predictor.Trials, inputs: predictor.Trials, reduce: float | None = None) -> Sharing:
-    """What hosts sharing this machine cost, from trials of the grid's configurations at its worker counts,
-    with overlap and without, over links the machine, not tbf, limits (``sweeps/predictor_sharing.yaml``), each
-    figure the median over repeated trials of a (configuration key, workers): each phase's time there over
-    its one-worker time (``inputs``) as device scales, as ``device_scale`` takes them from a world; the
-    links' latency per message under that load: for the hooks, the median over them of the communication
-    measured beyond the link model's time for the bytes, over the messages the model counts (ring
-    all_reduce 2(p - 1), all_gather and all_to_all p - 1 each); for plain DDP, whose C++ all_reduces
-    pay less of it and whose communication is not timed, the latency at which the model gives its step
-    (all these from the trials without overlap, whose phases add up); and, with overlap and without,
-    the machine's busy time per step (its step time x the share of CPU time not idle, where the trial
-    recorded ``cpu_idle_share``): the hosts' CPU work per step, which no slower link shortens. ``reduce``:
-    the reduction throughput (``predictor.reduce_bps``), measured here if not given."""
-    configs = {c.key: c for c in predictor.configurations(inputs)[0]}
-    every = [(r, row) for r, row in sharing if r["settings"]["num_workers"] > 1
-             and predictor.step_key(r["settings"]) in configs]
-    # overlapped, a trial's phases run at once and its communication hides behind them
-    serial = [(r, row) for r, row in every if not r["settings"]["overlap"]]
-    # once, so that every prediction below, and the bisection's, takes the same figure
-    reduce = predictor.reduce_bps() if reduce is None else reduce
-
-    def at(record: dict[str, Any]) -> tuple[tuple[str, str], int]:
-        return predictor.step_key(record["settings"]), record["settings"]["num_workers"]
-
-    def medians(figures: dict[Any, list[float]]) -> dict[Any, float]:
-        return {key: statistics.median(values) for key, values in figures.items()}
-
-    busy: dict[tuple[tuple[str, str], int, bool], list[float]] = {}
-    for record, row in every:
-        idle = float(row.get("cpu_idle_share", math.nan))
-        if math.isfinite(idle):
-            busy.setdefault((*at(record), bool(record["settings"]["overlap"])), []).append(
-                float(row["step_time_s"]) * (1 - idle))
-    factors: dict[tuple[tuple[str, str], int], list[dict[str, float]]] = {}
-    for record, row in serial:
-        config = configs[predictor.step_key(record["settings"])]
-        alone = {"compute_s": config.compute_s, "encode_s": config.encode_s, "decode_s": config.decode_s}
-        factors.setdefault(at(record), []).append(
-            {phase: float(row[phase]) / t if t > 0 else math.nan for phase, t in alone.items()})
-    scales = {}
-    for (key, k), runs in factors.items():
-        # a phase a configuration does not have stays NaN, which device_scale takes as 1x
-        median = {phase: finite_median(f[phase] for f in runs) for phase in runs[0]}
-        scales[key, k] = device_scale(configs[key].settings["algorithm"], k, median, world=True)
-    # What a hook's measured communication has beyond the link model's time for its bytes is its messages'
-    # latency under this load; plain DDP's communication is not timed: its latency is the one at which
-    # the model gives its measured step time.
-    profiles: dict[str, Any] = {}
-    zero = {key: 0.0 for key in scales}
-    measured: dict[int, list[float]] = {}
-    plain: dict[tuple[tuple[str, str], int], list[float]] = {}
-    for record, row in serial:
-        # one trial at a time: repeated runs of a sweep give their trials the same ids, each its own link
-        guess = predictor.trial_predictions([(record, row)], inputs, scales=scales, latency=zero,
-                                          profiles=profiles, reduce=reduce).get(record["trial_id"])
-        if guess is None or not guess["messages"]:
-            continue
-        if math.isfinite(float(row["comm_s"])):
-            measured.setdefault(at(record)[1], []).append((float(row["comm_s"]) - guess["comm_s"]) / guess["messages"])
-        else:
-            def step_at(alpha: float, trial: tuple = (record, row)) -> float:
-                return predictor.trial_predictions([trial], inputs, scales=scales, latency={at(trial[0]): alpha},
-                                                 profiles=profiles, reduce=reduce)[trial[0]["trial_id"]][
-                                                     "predicted_step_time_s"]
-            plain.setdefault(at(record), []).append(_solve(step_at, float(row["step_time_s"])))
-    latency = {(key, k): max(0.0, statistics.median(measured[k])) for key, k in scales if k in measured}
-    return Sharing(scales, {**latency, **medians(plain)}, medians(busy))
-
-
-def _solve(step_at: Callable[[float], float], target: float, high: float = 0.1) -> float:
-    """The latency in [0, high] at which ``step_at`` (increasing) gives ``target``, by bisection."""
-    low = 0.0
-    if step_at(low) >= target:
-        return low
-    for _ in range(40):
-        mid = (low + high) / 2
-        low, high = (mid, high) if step_at(mid) < target else (low, mid)
-    return (low + high) / 2
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,9 +1,13 @@
 """Sweeps of data-parallel training with low-precision communication, on Ray.
 
-settings (every setting, declared once), config (sweep files -> trials),
-labels (how a configuration is written), train_loop (one trial's training),
-sweep (Ray Tune + Ray Train), records (the per-trial results), tables, summary,
-plots and export (results tables, summary.md, figures, writing them), progress,
-gauges, env_info, cli. Only sweep and gauges use Ray, and import it inside functions,
-so everything else works where Ray is not installed.
+By subsystem, as the CLI (``cli``, ``lowprec``) names them:
+
+- ``study``: the settings schema, the sweep file, one trial's training loop,
+  the results columns, and running the trials on Ray Tune + Ray Train;
+- ``results``: a results folder's tables, summary.md and plots;
+- ``cluster``: the emulated cluster (network namespaces, shaped links);
+- ``predict``: the performance model behind ``lowprec predict`` / ``advise``.
+
+Only the runner (``study.runner``) and ``study.gauges`` use Ray, and import it
+inside functions, so everything else works where Ray is not installed.
 """

@@ -43,7 +43,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .study.sweep_file import ConfigError, Sweep, load_sweep
+from .study.sweep_file import SweepFileError, Sweep, load_sweep
 
 _DRIVER_GRACE_S = 60.0  # an interrupted driver's time to write its records and tables
 
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         sweep = load_sweep(args.sweep)
-    except ConfigError as error:
+    except SweepFileError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.command == "validate" or args.dry_run:

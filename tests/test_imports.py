@@ -13,6 +13,7 @@ An import of a module of another package also runs that package's
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,7 @@ def imports_of(module: str) -> set[str]:
     return targets
 
 
+@functools.cache  # read once: the tests below only look at it
 def import_graph() -> dict[str, set[str]]:
     return {module: imports_of(module) for module in MODULES}
 

@@ -28,7 +28,7 @@ exchange's Works: ``wait()`` waits for them in the caller's thread
 (``pipeline.run``), ``get_future()`` starts a thread that waits for them and
 completes the future (``pipeline.Pipeline``, whose next stage then runs in
 that thread, as it would in gloo's own). Waiting in another thread than the
-one that posted them works (``tests/test_chunked.py``).
+one that posted them works (``tests/compressors/comm/test_exchange.py``).
 
 The results are those of the collectives, bit for bit: the same bytes land in
 the same places, and every rank sends what it would have sent (``bytes_sent``

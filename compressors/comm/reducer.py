@@ -33,8 +33,8 @@ class Reducer:
     ``algorithm`` defaults to ``allreduce`` for the casts (fp32, fp16, bf16)
     and ``sra`` for the compressed methods.  Tensors with fewer than
     ``min_compress_numel`` elements travel in one fused fp32 all_reduce.
-    ``error_feedback`` defaults to what the method needs (onebit, adaptive,
-    topk) and may be switched on for the others. ``impl`` picks the codec's
+    ``error_feedback`` defaults to what the method needs (its codec's
+    ``needs_error_feedback``: the biased ones) and may be switched on for the others. ``impl`` picks the codec's
     implementation (``compressors.get``); its kernels are compiled here.
 
     A training step may average its tensors in several calls (DDP's buckets):

@@ -2,8 +2,7 @@
 
 Eager torch makes one pass over memory per operation.  Doing a compressor's
 dozen operations piece by piece, on pieces that fit in cache, keeps the
-intermediates out of DRAM: 2-9x faster than whole-tensor passes at 2**24
-elements on one core (BENCHMARKS.md).  Results do not depend on the piece
+intermediates out of DRAM.  Results do not depend on the piece
 size: every piece covers whole units (blocks, buckets, rows).
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Numba CPU kernels of the compressors (``impl="numba"``), one module per method.
 
 Each kernel gives the torch reference's payload bytes and decoded bits
-exactly (tests/test_kernels.py); NaNs may differ only in their payload bits.
+exactly (tests/compressors/kernels/test_kernels.py); NaNs may differ only in their payload bits.
 Nothing here is imported until a compressor first runs on Numba, so
 ``import compressors`` stays quick.
 

@@ -209,7 +209,7 @@ _LINEAR_STEP = F32(1.0 / 127.0)
 def linear8_decode(codes, maxima, block, out, add):
     """decode for linear8, whose table is (code - 127) * (1 / 127) in float32: that value, computed
     (no gather, so the loops vectorise), times the block's maximum. The same bits as the table for
-    each of the 256 codes (tests/test_kernels.py compares the decodes)."""
+    each of the 256 codes (tests/compressors/kernels/test_kernels.py compares the decodes)."""
     n = codes.size
     row = _block_of(n, block)
     for b in range(maxima.size):

@@ -72,7 +72,7 @@ Trials = list[tuple[dict[str, Any], pd.Series]]  # (record, trials.csv row) of e
 
 
 @dataclass(frozen=True)
-class Config:
+class Configuration:
     """One configuration and what its one-worker trial measured."""
     label: str
     settings: dict[str, Any]
@@ -108,7 +108,7 @@ def step_key(settings: dict[str, Any]) -> tuple[str, str]:
     return workload, config_name(settings)
 
 
-def configurations(trials: Trials) -> tuple[list[Config], list[str]]:
+def configurations(trials: Trials) -> tuple[list[Configuration], list[str]]:
     """The configurations that can be predicted, and why the others cannot. A configuration's times are
     the medians over its one-worker trials (repeats, seeds): one trial's may be off by a fifth."""
     repeats: dict[tuple[str, str], list[tuple[dict[str, Any], pd.Series]]] = {}
@@ -124,14 +124,14 @@ def configurations(trials: Trials) -> tuple[list[Config], list[str]]:
         s = runs[0][0]
         times = (statistics.median(float(row[phase]) for _, row in runs)
                  for phase in ("compute_s", "encode_s", "decode_s", "exposed_comm_s"))
-        found[key] = Config(config_name(s), s, *times)
+        found[key] = Configuration(config_name(s), s, *times)
     for record, _ in trials:
         if step_key(record["settings"]) not in found:
             why.setdefault(step_key(record["settings"]), "no finished one-worker trial")
     return list(found.values()), [f"{name}: {text}" for (_, name), text in why.items()]
 
 
-def baseline(configs: list[Config], compressor: str, workload: str) -> Config | None:
+def baseline(configs: list[Configuration], compressor: str, workload: str) -> Configuration | None:
     """The workload's fp32 (plain DDP) or fp16 (all_reduce) configuration."""
     return next((c for c in configs if c.key[0] == workload and c.settings["compressor"] == compressor
                  and c.settings["algorithm"] == "allreduce"), None)
@@ -179,7 +179,7 @@ def buckets_of(shapes: list[tuple[int, ...]], bucket_cap_mb: float | None) -> li
 Traffic = list[tuple[str, float]]
 
 
-def bucket_traffic(config: Config, shapes: list[tuple[int, ...]], p: int) -> Traffic:
+def bucket_traffic(config: Configuration, shapes: list[tuple[int, ...]], p: int) -> Traffic:
     """What one bucket (parameter ``shapes``) puts on the wire with ``p`` workers."""
     s = config.settings
     name, algorithm = s["compressor"], s["algorithm"]
@@ -238,7 +238,7 @@ class DeviceScale:
         return cls(scale, scale, scale)
 
 
-def plan(config: Config, prof: Profile, compute_s: float, p: int, overlap: bool,
+def plan(config: Configuration, prof: Profile, compute_s: float, p: int, overlap: bool,
          scale: DeviceScale = DeviceScale()) -> Plan:
     """``compute_s``: the one-worker step's compute (fp32's), split as ``prof`` says, times ``scale.compute``;
     the configuration's encode and decode times ``scale.encode`` and ``scale.decode``."""
@@ -298,7 +298,7 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     plans = {c.key: plan(c, prof, fp32.compute_s, num_workers, overlap, DeviceScale.uniform(compute_scale))
              for c in configs}
 
-    def step_at(config: Config, bps: float) -> dict[str, float]:
+    def step_at(config: Configuration, bps: float) -> dict[str, float]:
         return predict_step(plans[config.key], num_workers, perfmodel.Link(bps / 8, latency_s), reduce)
 
     base = step_at(fp32, bandwidth_bps)["predicted_step_time_s"]
@@ -311,7 +311,7 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
         ratio = steps[fp32.key] / steps[config.key] if fp32.key in steps and config.key in steps else math.nan
         even = math.nan
         if config is not fp32:
-            def faster(bps: float, c: Config = config) -> bool:
+            def faster(bps: float, c: Configuration = config) -> bool:
                 return step_at(c, bps)["predicted_step_time_s"] < step_at(fp32, bps)["predicted_step_time_s"]
             edge = perfmodel.break_even(faster, 1e6, 1e12)
             even = math.inf if edge == 1e12 else (0.0 if edge == 1e6 else edge)

@@ -94,8 +94,9 @@ EPOCH: tuple[Column, ...] = (
 ID: tuple[Column, ...] = (
     Column("trial_id", "", "the stable id of the trial (a hash of its settings)"),
     Column("name", "", "the trial's readable name"),
-    Column("status", "", "ok; diverged (the loss or a parameter became NaN/inf: the loop stopped); failed (an "
-           "exception, or workers lost beyond max_failures)"),
+    Column("status", "", "ok; diverged (the training or test loss became NaN/inf, or a parameter is not finite "
+           "after the epoch's last step: the loop stopped); failed (an exception, workers lost beyond max_failures, "
+           "or workers that could not be placed)"),
     Column("reason", "", "why a trial is not ok (empty otherwise)"),
 )
 

@@ -1,4 +1,4 @@
-"""Can a trial's workers be placed on the cluster at all? (no Ray; sweep.py asks Ray for the nodes)
+"""Can a trial's workers be placed on the cluster at all? (no Ray; the runner asks Ray for the nodes)
 
 Ray waits forever for a placement group that no node set can hold, and Ray
 Train only checks the request against an autoscaler's configuration, which a

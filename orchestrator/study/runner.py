@@ -37,7 +37,7 @@ from typing import Any, TextIO
 from compressors.core.params import rate_bps
 
 from . import env_info
-from .sweep_file import Sweep, training_config
+from .sweep_file import Sweep, training_settings
 from ..cluster.emulation import HEADROOM, HOST_RESOURCE, Cluster
 from .placement import placement_problem
 from .progress import Progress
@@ -266,7 +266,7 @@ def _run_trial(config: dict[str, Any]) -> None:
 
     trial, run = config["trial"], config["run"]
     cluster = run["cluster"]
-    settings = training_config(trial)
+    settings = training_settings(trial)
     if settings["data_dir"] is not None:
         settings["data_dir"] = os.path.join(run["cwd"], settings["data_dir"])
     resources = {"CPU": cluster["cpus_per_worker"]}

@@ -1,7 +1,7 @@
 """Every setting of a study, once: name, type, default, valid range and a one-line doc.
 
-The sweep reader (``config``), the training-loop CLI (``train_loop``), the
-results columns and the README's settings table (``python -m
+The sweep-file reader (``sweep_file``), the training-loop CLI (``train_loop``),
+the results tables and the docs' settings tables (docs/sweeps.md: ``python -m
 orchestrator.study.settings``) all come from here. Model, dataset and compressor
 options are declared by their owners (``workloads``, ``compressors``) and
 composed here, never restated.
@@ -186,7 +186,7 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
 
 
 def check_training(given: dict[str, Any]) -> dict[str, Any]:
-    """The full training-loop config from ``given`` (defaults filled), or ValueError naming the setting.
+    """The full training-loop settings from ``given`` (defaults filled), or ValueError naming the setting.
 
     ``compressor_params`` are checked against the compressor's own declaration
     and completed with its defaults (seed excluded: the trial's seed drives it).
@@ -210,7 +210,7 @@ def compressor_params_of(compressor: str, given: dict[str, Any]) -> dict[str, An
     return {k: v for k, v in compressors.check_params(compressor, **given).items() if k != "seed"}
 
 
-# ---------------------------------------------------------------- the README's tables
+# ---------------------------------------------------------------- the docs' tables
 
 
 def _default_text(p: Param) -> str:
@@ -231,7 +231,7 @@ def _table(params: Iterable[Param], first: str = "setting") -> list[str]:
 
 
 def markdown() -> str:
-    """The README's settings tables, generated from the declarations."""
+    """The docs' settings tables (docs/sweeps.md), generated from the declarations."""
     out = ["#### Top level of a sweep file", "", *_table(SWEEP), "",
            "#### `cluster:`", "", *_table(CLUSTER), "",
            "#### `cluster: emulate:`", "", *_table(EMULATE), "",

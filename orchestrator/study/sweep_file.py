@@ -21,7 +21,7 @@ A sweep file has these top-level keys (``name``, ``workload`` and a
         - {name: onebit, workload: {lr: [0.01]}}    # compressor's parameters, 'algorithm',
                                                     # and 'workload' settings for it alone
 
-Every problem is a ConfigError ``FILE:LINE: message`` naming the key, raised
+Every problem is a SweepFileError ``FILE:LINE: message`` naming the key, raised
 before Ray is started (this module never imports Ray).
 
 A trial is a flat dict: ``name`` (its label, orchestrator.study.labels: compressor,
@@ -53,10 +53,10 @@ from compressors.core.params import Param, short_repr
 from . import settings as schema
 from .labels import config_label
 
-__all__ = ["ConfigError", "Sweep", "load_sweep", "settings_of", "trial_id_of"]
+__all__ = ["SweepFileError", "Sweep", "load_sweep", "settings_of", "trial_id_of"]
 
 
-class ConfigError(ValueError):
+class SweepFileError(ValueError):
     """A sweep-file problem, located: ``path:line: message``."""
 
     def __init__(self, path: str | os.PathLike, line: int, message: str):
@@ -96,11 +96,11 @@ class _LineLoader(yaml.SafeLoader):
         for i, (key_node, value_node) in enumerate(node.value):
             line = key_node.start_mark.line + 1
             if not isinstance(key_node, yaml.ScalarNode):
-                raise ConfigError(self.name, line, "a key must be a plain name, not a list or mapping")
+                raise SweepFileError(self.name, line, "a key must be a plain name, not a list or mapping")
             key = self.construct_object(key_node, deep=True)
             if i >= merged:
                 if key in written:
-                    raise ConfigError(self.name, line, f"duplicate key {short_repr(key)}")
+                    raise SweepFileError(self.name, line, f"duplicate key {short_repr(key)}")
                 written.add(key)
             mapping.lines[key] = line
             mapping[key] = self.construct_object(value_node, deep=True)
@@ -123,12 +123,12 @@ def _read_yaml(path: Path) -> Any:
     try:
         raw = path.read_bytes()
     except OSError as error:
-        raise ConfigError(path, 1, f"cannot read sweep file: {error.strerror}") from None
+        raise SweepFileError(path, 1, f"cannot read sweep file: {error.strerror}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         line = raw[:error.start].count(b"\n") + 1
-        raise ConfigError(path, line, f"not UTF-8 text: byte {raw[error.start]:#04x} at offset {error.start}") from None
+        raise SweepFileError(path, line, f"not UTF-8 text: byte {raw[error.start]:#04x} at offset {error.start}") from None
     loader = None
     try:
         loader = _LineLoader(text)  # the reader checks for control characters here
@@ -137,12 +137,12 @@ def _read_yaml(path: Path) -> Any:
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark is not None else 1
-        raise ConfigError(path, line, f"invalid YAML: {error.problem or error}") from None
+        raise SweepFileError(path, line, f"invalid YAML: {error.problem or error}") from None
     except yaml.reader.ReaderError as error:  # a control character, found before any parsing
         line = text[:error.position].count("\n") + 1
-        raise ConfigError(path, line, f"invalid YAML: character {error.character!r} is not allowed") from None
+        raise SweepFileError(path, line, f"invalid YAML: character {error.character!r} is not allowed") from None
     except RecursionError:
-        raise ConfigError(path, 1, "invalid YAML: nested too deeply") from None
+        raise SweepFileError(path, 1, "invalid YAML: nested too deeply") from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -175,7 +175,7 @@ def trial_id_of(settings: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def training_config(trial: dict[str, Any]) -> dict[str, Any]:
+def training_settings(trial: dict[str, Any]) -> dict[str, Any]:
     """What the training loop takes of a trial (num_workers is the launcher's)."""
     return {key: trial[key] for key in schema.TRAINING_KEYS}
 
@@ -198,8 +198,8 @@ class _Checker:
     def __init__(self, path: Path):
         self.path = path
 
-    def fail(self, line: int, message: str) -> ConfigError:
-        return ConfigError(self.path, line, message)
+    def fail(self, line: int, message: str) -> SweepFileError:
+        return SweepFileError(self.path, line, message)
 
     def mapping(self, value: Any, where: str, line: int) -> _Mapping:
         if value is None:  # an empty section ('cluster:' with nothing under it)
@@ -309,7 +309,7 @@ def _sweep_name(check: _Checker, top: _Mapping) -> str:
 
 
 def load_sweep(path: str | os.PathLike) -> Sweep:
-    """Read, validate and expand a sweep file, or raise ConfigError (file:line: message)."""
+    """Read, validate and expand a sweep file, or raise SweepFileError (file:line: message)."""
     path = Path(path)
     check = _Checker(path)
     top = check.mapping(_read_yaml(path), "the sweep file", 1)

@@ -6,7 +6,7 @@ baseline, is plain DDP: no hook), trains, evaluates on the whole test set
 after every epoch, and calls ``report(metrics)`` with the epoch's columns
 (orchestrator.study.columns.EPOCH, each reduced over steps and ranks as it is declared there).  It runs three ways with the same code:
 
-- in-process, one worker: ``python -m orchestrator.study.train_loop --compressor qsgd --bits 4``
+- in-process, one worker: ``python -m orchestrator.study.train_loop --compressor qsgd --compressor_params '{bits: 4}'``
 - under torchrun: ``torchrun --nproc-per-node 2 -m orchestrator.study.train_loop --compressor qsgd``
 - inside Ray Train, where torch.distributed is already initialised.
 

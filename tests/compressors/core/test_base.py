@@ -1,0 +1,45 @@
+"""Choosing an implementation (compressors/core/base.py): ``impl`` checked against the codec's kernels,
+Numba by default on the CPU, CUDA only where CuPy and a CUDA tensor are; ``decode(add=True)`` needs ``out``.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import compressors
+from compressors import COMPRESSORS
+
+pytest.importorskip("numba")
+
+KERNELS = [name for name, cls in COMPRESSORS.items() if cls.has_numba]
+
+
+def test_impl_is_checked():
+    with pytest.raises(ValueError, match="impl must be one of auto, reference, numba, cuda"):
+        compressors.get("qsgd", impl="fast")
+    with pytest.raises(ValueError, match="fp16 has no Numba kernels"):
+        compressors.get("fp16", impl="numba")
+    assert compressors.get("fp16").uses_numba("cpu") is False
+    for name in KERNELS:
+        assert compressors.get(name).uses_numba("cpu") is True  # auto: Numba on the CPU
+        assert compressors.get(name, impl="reference").uses_numba("cpu") is False
+
+
+def test_decode_add_needs_out():
+    codec = compressors.get(KERNELS[0]) if KERNELS else compressors.get("fp16")
+    with pytest.raises(ValueError, match="adds into out"):
+        codec.decode(codec.encode(torch.ones(4)), add=True)
+
+
+def test_the_cuda_impl_is_checked_where_it_cannot_run():
+    """Without CuPy, impl 'cuda' names the extras; with it, on a CPU tensor it names the device; auto
+    never takes the CUDA kernels for CPU tensors."""
+    from compressors.core.base import cupy_installed
+
+    if not cupy_installed():
+        with pytest.raises(ValueError, match=r"impl 'cuda' needs CuPy \(pip install 'lowprec\[cuda12\]'"):
+            compressors.get("qsgd", impl="cuda")
+    with pytest.raises(ValueError, match="fp16 has no CUDA kernels"):
+        compressors.get("fp16", impl="cuda")
+    assert compressors.get("qsgd").uses_cuda("cpu") is False
+    assert compressors.get("qsgd", impl="reference").uses_cuda("cuda") is False

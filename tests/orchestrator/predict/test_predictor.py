@@ -1,0 +1,345 @@
+"""The predictor (orchestrator/predict/predictor.py) and `lowprec predict` on a results folder written
+here (records and trials.csv as `lowprec run` writes them): DDP's buckets, the one-worker trials as
+inputs, emulated clusters' links and shared cores, device scales, latencies and the busy machine's floor.
+What shared hosts cost (orchestrator/predict/sharing.py) is tested here too, as the predictor takes it.
+The model's formulas: test_perfmodel.py."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from orchestrator import cli
+from orchestrator.predict import perfmodel, predictor, sharing
+from orchestrator.predict.profile import Profile
+
+
+def test_ddp_buckets_reverse_order_with_a_small_first_bucket():
+    # the first bucket closes once it holds >= 1 MiB (262144 floats): after 100k + 200k elements
+    shapes = [(10,), (300_000,), (200_000,), (100_000,)]
+    assert predictor.buckets_of(shapes, 25) == [[3, 2], [1, 0]]
+    assert predictor.buckets_of(shapes, 1) == [[3, 2], [1], [0]]
+
+
+def test_latency_text():
+    assert predictor.latency_s("5us") == pytest.approx(5e-6)
+    assert predictor.latency_s("0.2ms") == pytest.approx(2e-4)
+    with pytest.raises(ValueError, match="unit s, ms, us or ns"):
+        predictor.latency_s("5 parsecs")
+
+
+SETTINGS = {"compressor": "fp32", "compressor_params": {}, "algorithm": "allreduce", "num_workers": 1, "seed": 0,
+            "bandwidth": None, "use_gpu": False, "dataset": "synthetic", "data_dir": None, "model": "mlp",
+            "batch_size": 8, "min_compress_numel": 1024, "overlap": True, "bucket_cap_mb": None,
+            "width": 64, "depth": 1, "input_shape": [32], "num_classes": 4, "num_samples": 64, "test_samples": 16}
+# the mlp's parameters: (64, 32), (64,), (4, 64), (4,)
+PROFILE = Profile(fwd_s=0.001, bwd_s=0.002, opt_s=0.001,
+                  params=(((64, 32), 0.002), ((64,), 0.002), ((4, 64), 0.001), ((4,), 0.001)))
+
+
+def write_folder(tmp_path, trials, links=None):
+    (tmp_path / "trials").mkdir()
+    rows = []
+    for i, (settings, metrics) in enumerate(trials):
+        tid = f"t{i}"
+        (tmp_path / "trials" / f"{tid}.json").write_text(json.dumps(
+            {"trial_id": tid, "name": tid, "settings": {**SETTINGS, **settings}, "status": "ok", "reason": None,
+             "history": [], "finished_at": i, "link": (links or {}).get(i)}))
+        rows.append({"trial_id": tid, **metrics})
+    pd.DataFrame(rows).to_csv(tmp_path / "trials.csv", index=False)
+    return tmp_path
+
+
+ONE = {"compute_s": 0.008, "encode_s": 0.0, "decode_s": 0.0, "exposed_comm_s": 0.0, "time_to_accuracy_s": math.nan,
+       "step_time_s": 0.01}
+
+
+def test_predict_fp32_and_qsgd_from_their_one_worker_trials(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    folder = write_folder(tmp_path, [
+        ({}, ONE),
+        ({"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"},
+         {**ONE, "encode_s": 0.002, "decode_s": 0.001}),
+        ({"num_workers": 2}, {**ONE, "time_to_accuracy_s": 1.0, "step_time_s": 0.01}),  # 100 steps
+        ({"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra", "num_workers": 2},
+         {**ONE, "time_to_accuracy_s": 1.0, "step_time_s": 0.008}),  # 125 steps
+        ({"compressor": "powersgd", "algorithm": "powersgd"}, ONE),
+    ])
+    table, notes = predictor.predict(folder, 8e6, 2, 0.0, prof=PROFILE)  # 1 MB/s
+    assert notes == ["powersgd algorithm=powersgd: PowerSGD is not modelled"]
+    fp32 = table[table["compressor"] == "fp32"].iloc[0]
+    # one bucket of every parameter (2372 floats = 9488 B), ready when the first layer's gradient is
+    # (0.002 s, times 0.008 / 0.004), ring over 2 workers: 9488 B / 1 MB/s plus the reduction
+    comm = fp32["comm_s"]
+    assert comm == pytest.approx(9488 / 1e6 + 4744 / 1e9, rel=1e-12)
+    assert fp32["predicted_step_time_s"] == pytest.approx(0.002 + max(0.004, 0.004 + comm) + 0.002, rel=1e-9)
+    assert fp32["speedup_vs_fp32"] == 1.0
+    qsgd = table[table["compressor"] == "qsgd"].iloc[0]
+    assert qsgd["steps_ratio_vs_fp32"] == pytest.approx(100 / 125)
+    assert qsgd["tta_speedup_vs_fp32"] == pytest.approx(qsgd["speedup_vs_fp32"] * 0.8)
+    assert qsgd["encode_s"] == pytest.approx(0.002 * 0.75)  # sra: n + n/p of 2n
+    assert qsgd["comm_s"] < comm  # fewer bytes on the same link
+
+
+def test_predict_cli_writes_predictions_and_refuses_bad_input(tmp_path, capsys):
+    folder = write_folder(tmp_path, [({}, ONE)])
+    assert cli.main(["predict", str(folder), "--bandwidth", "10gibbit", "--num_workers", "4"]) == 2
+    assert "bandwidth" in capsys.readouterr().err
+    assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "0"]) == 2
+    assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4", "--latency", "x"]) == 2
+    for scale in ("0", "nan", "-1"):
+        assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4",
+                         "--compute_scale", scale]) == 2
+        assert "--compute_scale must be a number in (0, inf)" in capsys.readouterr().err
+    assert cli.main(["predict", str(tmp_path / "none"), "--bandwidth", "1gbit", "--num_workers", "4"]) == 2
+    assert cli.main(["advise", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 0
+    assert "none pays" in capsys.readouterr().out
+    assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 0
+    saved = pd.read_csv(folder / "predictions.csv")
+    assert list(saved.columns) == predictor.COLUMNS and len(saved) == 1
+
+
+def test_predict_without_overlap_and_on_slower_devices(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    folder = write_folder(tmp_path, [({}, ONE)])
+    comm = 9488 / 1e6 + 4744 / 1e9
+    table, _ = predictor.predict(folder, 8e6, 2, 0.0, overlap=False, compute_scale=2.0, prof=PROFILE)
+    fp32 = table.iloc[0]
+    # serial: fwd + bwd + comm + opt, the compute (0.008 s measured) twice as long
+    assert fp32["predicted_step_time_s"] == pytest.approx(0.016 + comm, rel=1e-9)
+    assert (bool(fp32["overlap"]), fp32["compute_scale"], fp32["compute_s"]) == (False, 2.0, pytest.approx(0.016))
+
+
+def test_a_folder_of_several_workloads_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    folder = write_folder(tmp_path, [({}, ONE), ({"batch_size": 16}, ONE)])
+    with pytest.raises(ValueError, match="2 different workloads"):
+        predictor.predict(folder, 8e6, 2, 0.0, prof=PROFILE)
+
+
+def test_emulated_hosts_share_the_cores():
+    # 4 hosts on 2 cores: a thread each; 4 busy threads on 2 cores take twice as long, 2 do not
+    assert [predictor.emulated_compute_scale(p, 4, 2) for p in (1, 2, 4)] == [1.0, 1.0, 2.0]
+    # 4 hosts on 16 cores: 4 threads each
+    assert [predictor.emulated_compute_scale(p, 4, 16) for p in (2, 4)] == [1.0, 1.0]
+    assert predictor.emulated_compute_scale(3, 3, 2) == 1.5
+
+
+def test_trials_on_an_emulated_cluster_are_predicted_from_their_one_worker_trials(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    link = {"hosts": 4, "bandwidth": "8mbit", "calibrated_bps": 8e6, "calibrated_latency_s": 1e-3}
+    trials = predictor.read_trials(write_folder(tmp_path, [
+        ({}, ONE),
+        ({"num_workers": 4, "overlap": False}, ONE),  # on the link
+        ({"num_workers": 2}, ONE),  # on no emulated link: not predicted
+        ({"num_workers": 2, "batch_size": 16}, ONE),  # no one-worker trial of this workload
+    ], links={1: link, 3: link}))
+    predicted = predictor.trial_predictions(trials, cpu_count=2)
+    assert list(predicted) == ["t1"]
+    # serial; compute 0.008 s x 2 (4 busy hosts, one thread each, on 2 cores); ring over 4 workers:
+    # 6 messages of 1 ms, 1.5 x 9488 B at 1 MB/s, 0.75 x 9488 B reduced at 1 GB/s
+    comm = 6e-3 + 1.5 * 9488 / 1e6 + 0.75 * 9488 / 1e9
+    assert predicted["t1"]["predicted_step_time_s"] == pytest.approx(0.016 + comm, rel=1e-9)
+    assert predicted["t1"]["comm_s"] == pytest.approx(comm, rel=1e-12)
+    # the inputs may come from another folder: this one's one-worker trials are then ignored
+    (tmp_path / "inputs").mkdir()
+    others = predictor.read_trials(write_folder(tmp_path / "inputs", [({}, {**ONE, "compute_s": 0.004})]))
+    again = predictor.trial_predictions(trials, others, cpu_count=2)["t1"]
+    assert again["predicted_step_time_s"] == pytest.approx(0.008 + comm, rel=1e-9)
+
+
+def test_measured_device_scales_replace_the_guess_phase_by_phase(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    link = {"hosts": 4, "bandwidth": "8mbit", "calibrated_bps": 8e6, "calibrated_latency_s": 0.0}
+    qsgd = {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}
+    trials = predictor.read_trials(write_folder(tmp_path, [
+        ({}, ONE),
+        ({**qsgd}, {**ONE, "encode_s": 0.002, "decode_s": 0.001}),
+        ({**qsgd, "num_workers": 2, "overlap": False}, ONE),
+        ({**qsgd, "num_workers": 4, "overlap": False}, ONE),  # no scale measured for 4 workers: left out
+    ], links={2: link, 3: link}))
+    key = predictor.step_key(trials[1][0]["settings"])
+    scales = {(key, 2): predictor.DeviceScale(compute=1.5, encode=2.0, decode=3.0)}
+    predicted = predictor.trial_predictions(trials, scales=scales)
+    assert list(predicted) == ["t2"]
+    step = predicted["t2"]
+    # fp32's one-worker compute x 1.5; the encodes x 2 (then sra's n + n/p of 2n), the decodes x 3
+    assert step["compute_s"] == pytest.approx(0.008 * 1.5, rel=1e-12)
+    assert step["encode_s"] == pytest.approx(0.002 * 2.0 * 0.75, rel=1e-12)
+    assert step["decode_s"] == pytest.approx(0.001 * 3.0, rel=1e-12)
+    assert step["predicted_step_time_s"] == pytest.approx(0.012 + 0.003 + 0.003 + step["comm_s"], rel=1e-9)
+    guessed = predictor.trial_predictions(trials, cpu_count=2)["t2"]  # 2 hosts of one thread on 2 cores: 1x
+    assert (guessed["compute_s"], guessed["decode_s"]) == (pytest.approx(0.008), pytest.approx(0.001))
+
+
+def test_an_allreduce_hooks_device_work_is_its_one_worker_exposed_time(tmp_path, monkeypatch):
+    # fp16's cast runs inside the collective: its one-worker trial shows it as exposed time only
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    folder = write_folder(tmp_path, [({}, ONE), ({"compressor": "fp16"}, {**ONE, "exposed_comm_s": 0.002})])
+    table, _ = predictor.predict(folder, 8e6, 2, 0.0, overlap=False, prof=PROFILE)
+    fp16 = table[table["compressor"] == "fp16"].iloc[0]
+    assert (fp16["encode_s"], fp16["decode_s"]) == (0.001, 0.001)
+    assert fp16["predicted_step_time_s"] == pytest.approx(0.008 + 0.002 + 4744 / 1e6 + 2372 / 1e9, rel=1e-9)
+
+
+def test_contention_factors_become_device_scales():
+    alone = {"step_time_s": 0.04, "compute_s": 0.02, "encode_s": 0.01, "decode_s": 0.005, "exposed_comm_s": 0.0}
+    busy = {"step_time_s": 0.1, "compute_s": 0.03, "encode_s": 0.02, "decode_s": 0.02, "exposed_comm_s": 0.0}
+    factors = sharing.factors({1: alone, 2: busy})
+    assert factors[2]["compute_s"] == pytest.approx(1.5) and factors[2]["decode_s"] == pytest.approx(4.0)
+    assert math.isnan(factors[2]["exposed_comm_s"])  # nothing alone: no factor
+    fp16 = {**factors[2], "exposed_comm_s": 3.0}
+    qsgd, half, plain = (predictor.Configuration(name, {**SETTINGS, **settings}, 0.0, 0.0, 0.0, 0.0) for name, settings in [
+        ("qsgd", {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}),
+        ("fp16", {"compressor": "fp16"}), ("fp32", {})])
+    scales = sharing.measured_scales({"configurations": [
+        {"configuration": "qsgd", "key": list(qsgd.key), "factors": {"2": factors[2]}},
+        {"configuration": "fp16", "key": list(half.key), "factors": {"2": fp16}},
+        {"configuration": "other", "key": ["w", "other"], "factors": {"2": fp16}}]}, [qsgd, half])
+    assert set(scales) == {(qsgd.key, 2), (half.key, 2)}  # only the configurations asked for
+    assert scales[qsgd.key, 2] == predictor.DeviceScale(compute=1.5, encode=2.0, decode=4.0)
+    # an allreduce hook's encode and decode are its one-worker exposed time: they take its factor
+    assert scales[half.key, 2] == predictor.DeviceScale(compute=1.5, encode=3.0, decode=3.0)
+    # plain DDP has no exposed time alone (NaN factor): its encode and decode, zero anyway, stay 1x
+    fp32 = sharing.measured_scales({"configurations": [
+        {"configuration": "fp32", "key": list(plain.key), "factors": {"2": factors[2]}}]}, [plain])
+    assert fp32[plain.key, 2] == predictor.DeviceScale(compute=1.5, encode=1.0, decode=1.0)
+    # one world of k ranks: an allreduce hook's exposed time holds its collective, so its codec takes the
+    # compute factor; an sra's encode factor is over the (1 + 1/k) / 2 of its work plan() already takes
+    world = sharing.measured_scales({"world": True, "configurations": [
+        {"configuration": "qsgd", "key": list(qsgd.key), "factors": {"2": factors[2], "4": factors[2]}},
+        {"configuration": "fp16", "key": list(half.key), "factors": {"2": fp16}}]}, [qsgd, half])
+    assert world[qsgd.key, 2] == predictor.DeviceScale(compute=1.5, encode=pytest.approx(2.0 / 0.75), decode=4.0)
+    assert world[qsgd.key, 4].encode == pytest.approx(2.0 / 0.625)
+    assert world[half.key, 2] == predictor.DeviceScale(compute=1.5, encode=1.5, decode=1.5)
+
+
+def test_repeated_one_worker_trials_give_each_phase_its_median(tmp_path):
+    qsgd = {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}
+    folder = write_folder(tmp_path, [
+        (qsgd, {**ONE, "compute_s": 0.008, "encode_s": 0.004, "decode_s": 0.001}),
+        ({**qsgd, "seed": 1}, {**ONE, "compute_s": 0.010, "encode_s": 0.002, "decode_s": 0.003}),
+        ({**qsgd, "seed": 2}, {**ONE, "compute_s": 0.020, "encode_s": 0.003, "decode_s": 0.002}),
+        ({**qsgd, "num_workers": 2}, {**ONE, "compute_s": 0.5}),  # not an input
+    ])
+    (config,), notes = predictor.configurations(predictor.read_trials(folder))
+    assert notes == []
+    assert (config.compute_s, config.encode_s, config.decode_s) == (0.010, 0.003, 0.002)
+
+
+def test_a_step_counts_the_messages_that_pay_a_latency():
+    # sra over two buckets: the small tensors' all_reduce (2(p - 1) messages in turn), an all_to_all and an
+    # all_gather (p - 1 each) in the first; the second has no small tensors, so no all_reduce runs for it
+    buckets = [(0.001, 0.0, 0.0, [("ring", 40), ("all_to_all", 1000), ("all_gather", 1000)]),
+               (0.002, 0.0, 0.0, [("ring", 0), ("all_to_all", 2000), ("all_gather", 2000)])]
+    step = predictor.Plan(0.001, 0.002, 0.001, buckets, 0.0, 0.0, overlap=False)
+    idle = predictor.predict_step(step, 4, perfmodel.Link(1e6), 1e9)
+    busy = predictor.predict_step(step, 4, perfmodel.Link(1e6, latency=1e-3), 1e9)
+    assert idle["messages"] == busy["messages"] == 6 + 3 + 3 + 3 + 3
+    assert busy["comm_s"] == pytest.approx(idle["comm_s"] + 18e-3, rel=1e-12)
+    assert busy["predicted_step_time_s"] == pytest.approx(idle["predicted_step_time_s"] + 18e-3, rel=1e-12)
+    assert predictor.predict_step(step, 1, perfmodel.Link(1e6, latency=1e-3), 1e9)["messages"] == 0
+
+
+def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    qsgd = {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}
+    (tmp_path / "inputs").mkdir()
+    inputs = predictor.read_trials(write_folder(tmp_path / "inputs", [
+        ({}, ONE), (qsgd, {**ONE, "encode_s": 0.002, "decode_s": 0.001})]))
+    link = {"hosts": 4, "bandwidth": "2gbit", "calibrated_bps": 8e6, "calibrated_latency_s": 1e-4}
+    shared = {"compute_s": 0.012, "encode_s": 0.003, "decode_s": 0.003, "exposed_comm_s": 0.05,
+              "time_to_accuracy_s": math.nan}
+
+    def sharing_run(folder, qsgd_comm, plain_step, compute=0.012, idle=0.25):
+        folder.mkdir()
+        return predictor.read_trials(write_folder(folder, [
+            # plain DDP: its communication is not timed, its step is
+            ({"num_workers": 2, "overlap": False}, {**shared, "comm_s": math.nan, "step_time_s": plain_step}),
+            ({**qsgd, "num_workers": 2, "overlap": False},
+             {**shared, "compute_s": compute, "comm_s": qsgd_comm, "step_time_s": 0.1, "cpu_idle_share": idle}),
+            ({**qsgd, "num_workers": 2, "overlap": True},  # overlapped: phases mixed, only its busy time used
+             {**shared, "compute_s": 0.04, "comm_s": 9.0, "step_time_s": 9.0, "cpu_idle_share": 0.5})],
+            links={0: link, 1: link, 2: link}))
+
+    # the link model's time for the trials' bytes at a latency, and the messages the qsgd trial sends in turn
+    probe = sharing_run(tmp_path / "probe", 0.0, 0.0)
+    keys = [predictor.step_key(r["settings"]) for r, _ in probe]
+    scale = {(keys[0], 2): predictor.DeviceScale.uniform(1.5),
+             (keys[1], 2): predictor.DeviceScale(compute=1.5, encode=2.0, decode=3.0)}
+
+    def model(alpha):
+        return predictor.trial_predictions(probe, inputs, scales=scale, latency={(key, 2): alpha for key in keys})
+
+    assert model(0.0)["t1"]["messages"] == 4  # 2 workers: the small tensors' all_reduce 2, all_to_all 1, all_gather 1
+    trials = sharing_run(tmp_path / "measured", model(0.0)["t1"]["comm_s"] + 4 * 2e-3,
+                     model(1e-3)["t0"]["predicted_step_time_s"])
+    scales, latency, busy = sharing.sharing_inputs(trials, inputs)
+    # compute 0.012 / 0.008; encode 0.003 / 0.002 over sra's (1 + 1/2) / 2 of the one-worker work; decode 3x;
+    # plain DDP's device work is its compute: its (zero) codec takes the same factor
+    assert scales == {(keys[1], 2): predictor.DeviceScale(1.5, pytest.approx(2.0), pytest.approx(3.0)),
+                      (keys[0], 2): predictor.DeviceScale.uniform(1.5)}
+    # the hook: its communication beyond the bytes' time over its messages, not the calibration's 0.1 ms;
+    # plain DDP: the latency at which the model gives its measured step
+    assert latency == {(keys[1], 2): pytest.approx(2e-3, rel=1e-9), (keys[0], 2): pytest.approx(1e-3, rel=1e-6)}
+    # the machine was busy 3/4 of the qsgd trial's 0.1 s step; plain DDP's trial did not record its idle share
+    # and the overlapped trial's machine half its 9 s step
+    assert busy == {(keys[1], 2, False): pytest.approx(0.075, rel=1e-12), (keys[1], 2, True): 4.5}
+    again = predictor.trial_predictions(trials, inputs, scales=scales, latency=latency)
+    assert again["t1"]["comm_s"] == pytest.approx(model(0.0)["t1"]["comm_s"] + 4 * 2e-3, rel=1e-9)
+    assert again["t0"]["predicted_step_time_s"] == pytest.approx(model(1e-3)["t0"]["predicted_step_time_s"], rel=1e-6)
+    # quicker than the link model at no latency: no negative latency
+    _, none, _ = sharing.sharing_inputs(
+        sharing_run(tmp_path / "quick", model(0.0)["t1"]["comm_s"] / 2, 1e-3), inputs)
+    assert none == {(keys[1], 2): 0.0, (keys[0], 2): 0.0}
+    # repeated sharing trials: each figure is their median
+    # (the runs' trials have the same ids, as repeated runs of one sweep have, and links of their own)
+    runs = []
+    for i, (compute, idle, bps) in enumerate([(0.012, 0.5, 8e6), (0.03, 0.1, 4e6), (0.016, 0.25, 2e6)]):
+        linked = {**link, "calibrated_bps": bps}
+        (tmp_path / f"probe{i}").mkdir()
+        probe = predictor.read_trials(write_folder(tmp_path / f"probe{i}", [
+            ({"num_workers": 2, "overlap": False}, {**shared, "comm_s": math.nan, "step_time_s": 1.0}),
+            ({**qsgd, "num_workers": 2, "overlap": False}, {**shared, "comm_s": 1.0, "step_time_s": 1.0})],
+            links={0: linked, 1: linked}))
+        bare = predictor.trial_predictions(probe, inputs, scales=scale, latency={(key, 2): 0.0 for key in keys})
+        plain_step = predictor.trial_predictions(probe, inputs, scales=scale,
+                                               latency={(key, 2): 1e-3 for key in keys})["t0"]["predicted_step_time_s"]
+        # each run's hook measured its own link's time for the bytes plus 4 messages of 2 ms
+        (tmp_path / f"run{i}").mkdir()
+        runs += predictor.read_trials(write_folder(tmp_path / f"run{i}", [
+            ({"num_workers": 2, "overlap": False}, {**shared, "comm_s": math.nan, "step_time_s": plain_step}),
+            ({**qsgd, "num_workers": 2, "overlap": False},
+             {**shared, "compute_s": compute, "comm_s": bare["t1"]["comm_s"] + 4 * 2e-3, "step_time_s": 0.1,
+              "cpu_idle_share": idle})], links={0: linked, 1: linked}))
+    scales, latency, busy = sharing.sharing_inputs(runs, inputs)
+    assert scales[keys[1], 2].compute == pytest.approx(0.016 / 0.008, rel=1e-12)  # the median, not the mean
+    assert busy == {(keys[1], 2, False): pytest.approx(0.075, rel=1e-12)}
+    assert latency == {(keys[1], 2): pytest.approx(2e-3, rel=1e-9), (keys[0], 2): pytest.approx(1e-3, rel=1e-6)}
+
+
+def test_no_timeline_beats_the_busy_machine(tmp_path, monkeypatch):
+    # hosts sharing a machine's cores: a step takes at least the machine's busy time (with its overlap)
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    link = {"hosts": 4, "bandwidth": "8mbit", "calibrated_bps": 8e6, "calibrated_latency_s": 0.0}
+    trials = predictor.read_trials(write_folder(tmp_path, [
+        ({}, ONE), ({"num_workers": 2, "overlap": True}, ONE), ({"num_workers": 2, "overlap": False}, ONE)],
+        links={1: link, 2: link}))
+    key = predictor.step_key(trials[0][0]["settings"])
+    scales = {(key, 2): predictor.DeviceScale.uniform(1.0)}
+    free = predictor.trial_predictions(trials, scales=scales)
+    slowest = max(free["t1"]["predicted_step_time_s"], free["t2"]["predicted_step_time_s"])
+    floored = predictor.trial_predictions(trials, scales=scales, busy={(key, 2, True): 1.5 * slowest})
+    assert floored["t1"] == {**free["t1"], "predicted_step_time_s": 1.5 * slowest}  # only the step time changes
+    assert floored["t2"] == free["t2"]  # its floor is that of the trials without overlap: none given
+    assert predictor.trial_predictions(trials, scales=scales, busy={(key, 2, False): 2 * slowest})["t2"] == \
+        {**free["t2"], "predicted_step_time_s": 2 * slowest}
+    # below the timeline, or for other workers, it changes nothing
+    assert predictor.trial_predictions(trials, scales=scales, busy={(key, 2, True): slowest / 2, (key, 4, True): 1.0,
+                                                                  (key, 2, False): slowest / 2}) == free

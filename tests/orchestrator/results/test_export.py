@@ -1,0 +1,230 @@
+"""Exporting a results folder (orchestrator/results/export.py): trials.csv, history.csv, summary.md and the
+plots from hand-written trial records (no Ray), the export command, unreadable records and unwritable
+tables. Tables and summaries of records built in memory: test_tables.py."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.results.export import export
+from orchestrator.results.tables import RESULT_COLUMNS
+from orchestrator.study.records import make_record, read_records, write_record
+from tests.helpers import epochs, finished_sweep, record
+
+SWEEP = """\
+name: e
+workload: {model: mlp, width: 8, depth: 1, epochs: 2, target_accuracy: 0.9}
+sweep:
+  num_workers: [1, 2]
+  seed: [0, 1]
+  compressor: [fp32, fp16, {name: qsgd, bits: 4}, onebit]
+"""
+
+# Per compressor: seconds of training per epoch, median step time, test accuracy per epoch (by seed).
+PLAN = {
+    "fp32": (10.0, 0.010, {0: [0.85, 0.92], 1: [0.85, 0.94]}),
+    "fp16": (8.0, 0.008, {0: [0.91, 0.93], 1: [0.91, 0.93]}),
+    "qsgd": (5.0, 0.005, {0: [0.80, 0.91], 1: [0.80, 0.91]}),
+    "onebit": (4.0, 0.004, {0: [0.50, 0.60], 1: [0.50, 0.60]}),  # never reaches the target
+}
+FAILED = ("onebit", 2, 1)  # (compressor, num_workers, seed) of the trial that raised
+DIVERGED = ("onebit", 2, 0)
+
+
+def history(compressor: str, seed: int, target: float) -> list[dict]:
+    epoch_s, step_s, accuracies = PLAN[compressor]
+    return epochs(epoch_s, step_s, accuracies[seed], target)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    from orchestrator.study.sweep_file import load_sweep
+
+    folder = tmp_path_factory.mktemp("results") / "e"
+    sweep_file = folder.parent / "e.yaml"
+    sweep_file.write_text(SWEEP)
+    for trial in load_sweep(sweep_file).trials:
+        key = (trial["compressor"], trial["num_workers"], trial["seed"])
+        rows = history(trial["compressor"], trial["seed"], trial["target_accuracy"])
+        if key == FAILED:
+            record = make_record(trial, "failed", "RuntimeError: boom at epoch 2", rows[:1])
+        elif key == DIVERGED:
+            rows[-1]["status"] = "diverged"
+            record = make_record(trial, "diverged", "train loss became nan in epoch 2", rows)
+        else:
+            record = make_record(trial, "ok", None, rows)
+        write_record(folder, record)
+    export(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def trials(results) -> pd.DataFrame:
+    return pd.read_csv(results / "trials.csv")
+
+
+def pick(trials: pd.DataFrame, compressor: str, workers: int, seed: int) -> pd.Series:
+    rows = trials[(trials.compressor == compressor) & (trials.num_workers == workers) & (trials.seed == seed)]
+    assert len(rows) == 1
+    return rows.iloc[0]
+
+
+def test_one_row_per_trial_with_every_documented_column(results, trials):
+    assert len(trials) == 16 == len(read_records(results))
+    expected = ["trial_id", "name", "status", "reason", "compressor", "bits", "bucket", "algorithm",
+                "num_workers", "seed", "lr", "target_accuracy", *RESULT_COLUMNS]
+    assert set(expected) <= set(trials.columns)
+    assert trials.trial_id.is_unique
+    parquet = pd.read_parquet(results / "trials.parquet")
+    assert list(parquet.columns) == list(trials.columns)
+    assert len(parquet) == 16
+
+
+def test_statuses_and_reasons(trials):
+    assert sorted(trials.status.value_counts().items()) == [("diverged", 1), ("failed", 1), ("ok", 14)]
+    assert pick(trials, *FAILED).reason == "RuntimeError: boom at epoch 2"
+    assert pick(trials, *FAILED).epochs_run == 1
+    assert trials[trials.status == "ok"].reason.isna().all()
+
+
+def test_accuracy_columns(trials):
+    for column in ("final_accuracy", "best_accuracy"):
+        assert trials[column].between(0, 1).all()
+    assert pick(trials, "fp32", 1, 1).final_accuracy == 0.94
+    assert pick(trials, "fp16", 1, 0).best_accuracy == 0.93
+    # vs the mean final accuracy of fp32 over both seeds at the same workload and scale
+    assert pick(trials, "qsgd", 2, 0).accuracy_delta == pytest.approx(0.91 - 0.93)
+    assert pick(trials, "fp32", 1, 0).accuracy_delta == pytest.approx(0.92 - 0.93)
+
+
+def test_fp32_speedup_is_exactly_one(trials):
+    fp32 = trials[trials.compressor == "fp32"]
+    assert (fp32.speedup_vs_fp32 == 1.0).all()
+    assert (fp32.speedup_basis == "time_to_accuracy").all()
+    assert (trials[trials.compressor == "fp16"].speedup_vs_16bit == 1.0).all()
+
+
+def test_speedup_uses_time_to_accuracy_or_falls_back_to_step_time(trials):
+    qsgd = pick(trials, "qsgd", 1, 0)
+    assert qsgd.time_to_accuracy_s == 10.0
+    assert qsgd.speedup_vs_fp32 == pytest.approx(20.0 / 10.0)
+    assert qsgd.speedup_basis == "time_to_accuracy"
+    assert qsgd.speedup_vs_16bit == pytest.approx(8.0 / 10.0)
+    onebit = pick(trials, "onebit", 1, 0)
+    assert math.isnan(onebit.time_to_accuracy_s)
+    assert onebit.speedup_vs_fp32 == pytest.approx(0.010 / 0.004)
+    assert onebit.speedup_basis == "step_time"
+    assert onebit.speedup_vs_16bit_basis == "step_time"
+    # trials that did not finish ok get no speedup
+    assert trials[trials.status != "ok"].speedup_vs_fp32.isna().all()
+
+
+def test_step_metrics_are_carried(trials):
+    row = pick(trials, "qsgd", 2, 1)
+    assert row.step_time_s == 0.005
+    assert row.compute_s + row.exposed_comm_s == pytest.approx(0.005)
+    assert (row.encode_s, row.comm_s, row.decode_s) == pytest.approx((0.005 / 8, 0.005 / 2, 0.005 / 8))
+    assert row.bytes_sent == 1000.0 and row.compression_ratio == 4.0
+    assert row.train_time_s == 10.0 and row.epochs_run == 2
+
+
+def test_history_has_one_row_per_trial_and_epoch(results):
+    history = pd.read_csv(results / "history.csv")
+    assert len(history) == 15 * 2 + 1
+    assert {"trial_id", "name", "compressor", "num_workers", "epoch", "test_accuracy", "train_time_s",
+            "bits", "bytes_sent", "status"} <= set(history.columns)
+    assert history.test_accuracy.between(0, 1).all()
+
+
+def test_summary_shows_mean_and_spread_over_seeds_and_failures(results):
+    summary = (results / "summary.md").read_text()
+    fp32_row = next(line for line in summary.splitlines() if line.startswith("| fp32 |"))
+    spread = statistics.stdev([0.92, 0.94])
+    assert f"0.9300 ± {spread:.4f} (n=2)" in fp32_row
+    assert "20.0 ± 0.0 (n=2)" in fp32_row  # time to accuracy
+    assert "1.00x ± 0.00 (n=2)" in fp32_row
+    assert "w=1 accuracy" in summary and "w=2 speedup vs fp32" in summary
+    assert "RuntimeError: boom at epoch 2" in summary
+    assert "train loss became nan in epoch 2" in summary
+    onebit_row = next(line for line in summary.splitlines() if line.startswith("| onebit"))
+    assert "not reached" in onebit_row and "\\*" in onebit_row
+
+
+def test_plots_are_png_files(results):
+    for name in ("accuracy_vs_time.png", "speedup_vs_workers.png", "step_time_breakdown.png"):
+        data = (results / "plots" / name).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 5000
+
+
+def test_export_command_rebuilds_from_the_records(results, tmp_path, capsys):
+    from orchestrator.cli import main
+
+    (results / "trials.csv").unlink()
+    (results / "plots" / "speedup_vs_workers.png").unlink()
+    assert main(["export", str(results)]) == 0
+    assert (results / "trials.csv").is_file()
+    assert (results / "plots" / "speedup_vs_workers.png").is_file()
+    assert "summary.md" in capsys.readouterr().out
+    assert main(["export", str(tmp_path)]) == 2
+
+
+# ---------------------------------------------------------------- records that cannot be read, tables that cannot be written
+
+
+def test_a_corrupt_record_is_skipped_with_a_warning_naming_it(tmp_path, capsys):
+    from orchestrator.results.export import export
+    from orchestrator.study.records import finished_ids
+
+    sweep, results = finished_sweep(tmp_path)
+    bad = results / "trials" / f"{sweep.trials[0]['trial_id']}.json"
+    bad.write_text('{"trial_id": "trunc')
+    export(results)
+    assert f"skipping unreadable trial record {bad}" in capsys.readouterr().err
+    assert finished_ids(results) == {t["trial_id"] for t in sweep.trials[1:]}  # resume runs it again
+    import pandas as pd
+    assert len(pd.read_csv(results / "trials.csv")) == len(sweep.trials) - 1
+
+
+def test_an_unwritable_table_warns_and_keeps_the_records(tmp_path):
+    import io
+
+    from orchestrator.results.export import export_or_warn
+
+    sweep, results = finished_sweep(tmp_path)
+    (results / "trials.csv").mkdir()  # a folder where the table goes: writing it fails
+    out = io.StringIO()
+    export_or_warn(results, out)
+    assert "could not write the tables" in out.getvalue() and "lowprec export" in out.getvalue()
+    assert len(list((results / "trials").glob("*.json"))) == len(sweep.trials)
+
+
+# ---------------------------------------------------------------- a bandwidth sweep
+
+
+def test_a_bandwidth_sweep_gets_a_speedup_against_bandwidth_plot(tmp_path, monkeypatch):
+    records = []
+    for rate, fp32_s, qsgd_s in (("100mbit", 4.0, 1.0), ("1gbit", 1.0, 0.8)):
+        for compressor, step_s in (("fp32", fp32_s), ("qsgd", qsgd_s)):
+            row = record(compressor, 0, epochs(step_s * 10, step_s, [0.5, 0.6], 0.9))
+            row["settings"]["bandwidth"] = rate
+            row["trial_id"] = row["name"] = f"{compressor}-{rate}"
+            records.append(row)
+    for row in records:
+        write_record(tmp_path, row)
+    export(tmp_path)
+    trials = pd.read_csv(tmp_path / "trials.csv").set_index("name")
+    assert trials.loc["qsgd-100mbit", "speedup_vs_fp32"] == 4.0
+    assert trials.loc["qsgd-1gbit", "speedup_vs_fp32"] == 1.25
+    assert (tmp_path / "plots" / "speedup_vs_bandwidth.png").read_bytes().startswith(b"\x89PNG")
+    from orchestrator.results import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "_legend", lambda figure, axes: drawn.extend(
+        name for ax in axes for name in ax.get_legend_handles_labels()[1]))
+    plots.write_plots(trials.reset_index(), pd.read_csv(tmp_path / "history.csv"), tmp_path / "again")
+    assert "fp32" in drawn and "qsgd" in drawn  # one line per configuration, bandwidth not in its name

@@ -1,0 +1,122 @@
+"""The results columns (orchestrator.study.columns): declared once, reduced as declared, documented."""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator.study import columns
+from orchestrator.study.train_loop import _Aggregate
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def reduce_with(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """``reduce_over_ranks`` as several ranks see it: every rank computes its own list, and the fake
+    all_reduce combines the lists of the same call across ranks with the op."""
+    import threading
+
+    results: list[dict[str, float]] = [{} for _ in per_rank]
+    barrier = threading.Barrier(len(per_rank))
+    slots: list[list[float] | None] = [None] * len(per_rank)
+    combined: dict[str, list[float]] = {}
+    lock = threading.Lock()
+
+    def run(rank: int) -> None:
+        def all_reduce(values: list[float], op: str) -> list[float]:
+            slots[rank] = list(values)
+            barrier.wait()
+            with lock:
+                if "out" not in combined:
+                    fn = {"max": max, "min": min, "sum": math.fsum}[op]
+                    combined["out"] = [fn(column) for column in zip(*slots)]
+            out = list(combined["out"])
+            barrier.wait()
+            if rank == 0:
+                combined.clear()
+            barrier.wait()
+            return out
+
+        results[rank] = columns.reduce_over_ranks(per_rank[rank], all_reduce)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(len(per_rank))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r == results[0] or _same(r, results[0]) for r in results)
+    return results[0]
+
+
+def _same(a: dict[str, float], b: dict[str, float]) -> bool:
+    return a.keys() == b.keys() and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in
+                                        ((a[k], b[k]) for k in a))
+
+
+def test_each_column_reduces_over_ranks_as_declared():
+    got = reduce_with([
+        {"step_time_s": 0.010, "bytes_sent": 100.0, "cpu_steal_share": 0.1, "cpu_idle_share": 0.5},
+        {"step_time_s": 0.030, "bytes_sent": 300.0, "cpu_steal_share": 0.3, "cpu_idle_share": 0.2},
+        {"step_time_s": 0.020, "bytes_sent": 200.0, "cpu_steal_share": 0.2, "cpu_idle_share": 0.4},
+    ])
+    assert got == {"step_time_s": 0.030, "bytes_sent": 200.0, "cpu_steal_share": 0.3, "cpu_idle_share": 0.2}
+
+
+def test_a_ranks_nan_takes_no_part_and_all_nan_stays_nan():
+    nan = math.nan
+    got = reduce_with([
+        {"comm_s": nan, "bytes_sent": nan, "cpu_steal_share": nan, "cpu_idle_share": 0.5, "encode_s": nan},
+        {"comm_s": 0.002, "bytes_sent": 40.0, "cpu_steal_share": nan, "cpu_idle_share": nan, "encode_s": nan},
+    ])
+    assert got["comm_s"] == 0.002 and got["bytes_sent"] == 40.0 and got["cpu_idle_share"] == 0.5
+    assert math.isnan(got["cpu_steal_share"]) and math.isnan(got["encode_s"])
+
+
+def test_one_rank_keeps_its_values_and_its_nans():
+    got = columns.reduce_over_ranks({"step_time_s": 0.5, "comm_s": math.nan, "bytes_sent": 8.0},
+                                    _Aggregate(1, None))
+    assert got["step_time_s"] == 0.5 and got["bytes_sent"] == 8.0 and math.isnan(got["comm_s"])
+
+
+def test_over_steps_skips_nan_and_gives_nan_for_none():
+    assert columns.over_steps("step_time_s", [3.0, 1.0, math.nan, 2.0]) == 2.0  # median
+    assert columns.over_steps("bytes_sent", [1.0, 2.0]) == 1.5  # mean
+    assert columns.over_steps("train_time_s", [0.1, 0.2, 0.3]) == pytest.approx(0.6)  # sum
+    assert math.isnan(columns.over_steps("comm_s", [math.nan, math.nan]))
+    assert math.isnan(columns.over_steps("comm_s", []))
+
+
+def test_an_unknown_reduction_or_column_is_refused():
+    with pytest.raises(ValueError, match="reduction 'mode'"):
+        columns.Column("x", "s", "a doc", steps="mode")
+    with pytest.raises(KeyError, match="no epoch column 'nope'"):
+        columns.column("nope")
+
+
+def test_columns_are_declared_once_with_a_doc():
+    for group in (columns.EPOCH, columns.ID, columns.TRIAL):
+        names = [c.name for c in group]
+        assert len(names) == len(set(names))
+        assert all(c.doc for c in group)
+    # Every per-step column of trials.csv is an epoch column reduced over the epochs.
+    assert set(columns.STEP_METRICS) <= {c.name for c in columns.EPOCH if c.epochs == "median"}
+    assert set(columns.MODEL_COLUMNS) <= set(columns.RESULT_COLUMNS)
+
+
+def test_the_training_loop_reports_exactly_the_epoch_columns(tmp_path):
+    from orchestrator.study.train_loop import train
+
+    result = train({"dataset": "synthetic", "model": "mlp", "epochs": 1, "max_steps_per_epoch": 2,
+                    "batch_size": 16}, threads=1)
+    assert list(result["history"][0]) == [c.name for c in columns.EPOCH]
+    assert math.isnan(result["history"][0]["comm_s"])  # plain DDP: no hook times its collectives
+
+
+def test_documented_columns_equal_the_declarations():
+    text = (ROOT / "docs" / "results.md").read_text()
+    block = re.search(r"<!-- columns:start -->\n(.*?)<!-- columns:end -->", text, re.S)
+    assert block, "docs/results.md lacks the columns block"
+    assert block.group(1) == columns.markdown(), \
+        "docs/results.md is stale: paste `python -m orchestrator.study.columns`"

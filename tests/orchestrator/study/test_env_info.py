@@ -1,0 +1,27 @@
+"""What the machine did during a trial (orchestrator/study/env_info.py): the steal and idle shares of
+all CPU time, read from /proc/stat.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from orchestrator.study.env_info import CpuTicks, cpu_ticks, idle_share, steal_share
+
+
+def test_steal_and_idle_shares_of_all_cpu_time(tmp_path):
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice: guest is inside user already
+    stat.write_text("cpu  669 829 321 128 4 0 5 60 7 0\ncpu0 300 400 100 64 2 0 2 30 3 0\n")
+    assert cpu_ticks(str(stat)) == CpuTicks(stolen=60, idle=128 + 4, all=669 + 829 + 321 + 128 + 4 + 0 + 5 + 60)
+    start, end = CpuTicks(60, 132, 2016), CpuTicks(90, 182, 2216)
+    assert steal_share(start, end) == pytest.approx(30 / 200)
+    assert idle_share(start, end) == pytest.approx(50 / 200)
+    for share in (steal_share, idle_share):
+        assert math.isnan(share(start, start))  # no tick passed
+        assert math.isnan(share(None, end))
+    for text in ("intr 1 2 3\n", "cpu  1 2 3\n", "cpu  1 2 3 x 5 6 7 8\n"):
+        stat.write_text(text)
+        assert cpu_ticks(str(stat)) is None
+    assert cpu_ticks(str(tmp_path / "missing")) is None

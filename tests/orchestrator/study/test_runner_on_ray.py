@@ -1,0 +1,320 @@
+"""End-to-end sweeps (orchestrator/study/runner.py) on a local Ray through the command line (CPU, gloo;
+about 5 minutes on 2 cores).
+
+One tiny sweep of three 2-worker trials runs twice: the driver is killed after
+the first trial's record appears, then ``--resume`` finishes the rest. One
+trial raises at epoch 2 (``fail_at_epoch``), is restarted once
+(``max_failures: 1``), and must be recorded as failed after two attempts while
+the others finish. Another test submits a one-trial sweep as a Ray job to a
+cluster started with ``ray start --head``; others check that unplaceable
+trials fail with their reason, and that a local run listens on loopback only
+and answers an interrupt with this tool's resume advice.
+
+Every Ray process runs with HOME in a temporary folder, so a token in the
+user's ``~/.ray/auth_token`` (Ray 2.60 token authentication) plays no part.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.results.tables import RESULT_COLUMNS
+from tests.distributed import free_port
+from tests.helpers import ROOT
+
+TIMEOUT_S = 300
+# The ray CLI of the Python running the tests, whatever PATH says.
+RAY = str(Path(sys.executable).parent / "ray")
+pytestmark = pytest.mark.slow
+
+TINY = """\
+# three tiny trials on two workers; the onebit one fails on purpose in epoch 2, in both attempts
+name: tiny
+workload: {dataset: mnist, model: mlp, width: 16, depth: 1, epochs: 2, batch_size: 32,
+           lr: 0.1, target_accuracy: 0.3, max_steps_per_epoch: 10}
+cluster: {cpus_per_worker: 0.49, max_failures: 1}
+baselines: false
+sweep:
+  num_workers: 2
+  compressor: [fp32, {name: qsgd, bits: 4}, {name: onebit, workload: {fail_at_epoch: 2}}]
+"""
+
+
+def ray_env(home: Path) -> dict[str, str]:
+    home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    env.update(HOME=str(home), PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0")
+    return env
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "orchestrator", *args]
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    """Run TINY, kill the driver after the first record, resume; returns (results, first record, logs)."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    sweep_file = tmp / "tiny.yaml"
+    sweep_file.write_text(TINY)
+    env = ray_env(tmp / "home")
+    results = tmp / "results" / "tiny"
+    log = (tmp / "first.log").open("w")
+    driver = subprocess.Popen(cli("run", str(sweep_file), "--results", str(results)),
+                              cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: any((results / "trials").glob("*.json")) or driver.poll() is not None,
+                 TIMEOUT_S, "the first trial record")
+        driver.send_signal(signal.SIGKILL)  # no chance to clean up: as if the machine lost the driver
+        driver.wait(30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        log.close()
+    (first,) = [json.loads(p.read_text()) for p in (results / "trials").glob("*.json")]
+    again = subprocess.run(cli("run", str(sweep_file), "--results", str(results), "--resume"),
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    return results, first, (tmp / "first.log").read_text(), again
+
+
+def test_resume_runs_only_the_unfinished_trials(resumed):
+    results, first, first_log, again = resumed
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "running 2 trial(s) of tiny" in again.stdout
+    assert f"{first['name']}: started" not in again.stdout
+    records = [json.loads(p.read_text()) for p in (results / "trials").glob("*.json")]
+    assert len(records) == 3
+    assert [r for r in records if r["trial_id"] == first["trial_id"]] == [first]  # untouched
+
+
+def test_every_results_file_with_one_row_per_trial(resumed):
+    results = resumed[0]
+    for name in ("trials.csv", "trials.parquet", "history.csv", "summary.md", "sweep.yaml", "environment.json",
+                 "plots/accuracy_vs_time.png", "plots/speedup_vs_workers.png", "plots/step_time_breakdown.png"):
+        assert (results / name).is_file(), name
+    trials = pd.read_csv(results / "trials.csv")
+    assert len(trials) == 3 and trials.trial_id.is_unique
+    assert {"trial_id", "name", "status", "reason", "compressor", "bits", "num_workers", "seed",
+            *RESULT_COLUMNS} <= set(trials.columns)
+    assert len(pd.read_parquet(results / "trials.parquet")) == 3
+    history = pd.read_csv(results / "history.csv")
+    assert sorted(history.groupby("name").size().tolist()) == [1, 2, 2]  # the failed trial ran 1 epoch
+    environment = json.loads((results / "environment.json").read_text())
+    assert environment["ray"] and environment["torch"] and environment["cpu_count"] >= 1
+
+
+def test_values_are_sensible(resumed):
+    trials = pd.read_csv(resumed[0] / "trials.csv").set_index("compressor")
+    ok = trials[trials.status == "ok"]
+    assert sorted(ok.index) == ["fp32", "qsgd"]
+    assert ok.final_accuracy.between(0, 1).all() and ok.best_accuracy.between(0, 1).all()
+    assert (ok.bytes_sent > 0).all() and (ok.train_time_s > 0).all() and (ok.step_time_s > 0).all()
+    # mlp width 16, depth 1 on MNIST: only the 784x16 weight has >= 1024 elements.
+    assert ok.parameters.tolist() == [784 * 16 + 16 + 16 * 10 + 10] * 2
+    assert ok.compressible_share.tolist() == pytest.approx([784 * 16 / (784 * 16 + 16 + 16 * 10 + 10)] * 2)
+    assert ok.epochs_run.tolist() == [2, 2]
+    assert trials.loc["fp32", "speedup_vs_fp32"] == 1.0
+    assert trials.loc["qsgd", "speedup_vs_fp32"] > 0
+    # 4-bit QSGD sends several times fewer bytes than the fp32 allreduce
+    assert trials.loc["qsgd", "bytes_sent"] < trials.loc["fp32", "bytes_sent"] / 2
+    assert trials.loc["qsgd", "compression_ratio"] > 2
+
+
+def test_a_raising_trial_is_recorded_as_failed_while_the_others_finish(resumed):
+    results, _, _, again = resumed
+    trials = pd.read_csv(results / "trials.csv").set_index("compressor")
+    assert trials.loc["onebit", "status"] == "failed"
+    assert "fail_at_epoch=2" in trials.loc["onebit", "reason"]
+    assert trials.loc["onebit", "epochs_run"] == 1  # the second attempt's epoch 1, not both attempts'
+    assert trials.loc["onebit", "attempts"] == 2
+    assert trials.loc["fp32", "attempts"] == 1 and trials.loc["qsgd", "attempts"] == 1
+    assert "FAILED" in again.stdout and "done 3/3" in again.stdout
+    assert "fail_at_epoch=2" in (results / "summary.md").read_text()
+
+
+# The placed 1-worker trial trains for seconds (1000 steps), not the 5 steps that let it end
+# within another trial's 2 s wait on a quiet machine: then both 1-worker trials were placed in turn.
+PLACEMENT = """\
+name: place
+workload: {dataset: synthetic, model: mlp, width: 16, depth: 1, epochs: 1, batch_size: 32, num_samples: 32000,
+           lr: 0.01, target_accuracy: 0.3, max_steps_per_epoch: 1000}
+cluster: {cpus_per_worker: 1.5, placement_timeout_s: 2}
+max_concurrent_trials: 2
+baselines: false
+sweep:
+  compressor: [fp32, fp16]
+  num_workers: [1, 2]
+"""
+
+
+def test_unplaceable_trials_fail_with_their_reason_and_the_sweep_goes_on(tmp_path):
+    # 2 CPUs: a 2-worker trial can never be placed; of the two 1-worker trials running at once,
+    # one waits for the other's 1.5 CPUs beyond placement_timeout_s.
+    sweep_file = tmp_path / "place.yaml"
+    sweep_file.write_text(PLACEMENT)
+    results = tmp_path / "results"
+    run = subprocess.run(cli("run", str(sweep_file), "--results", str(results)), cwd=ROOT,
+                         env=ray_env(tmp_path / "home"), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    trials = pd.read_csv(results / "trials.csv")
+    never = trials[trials.num_workers == 2]
+    assert never.status.tolist() == ["failed", "failed"] and never.attempts.tolist() == [0, 0]
+    assert never.reason.str.contains("cannot place 2 workers of {CPU 1.5} each", regex=False).all()
+    one = trials[trials.num_workers == 1].sort_values("status")
+    assert one.status.tolist() == ["failed", "ok"], one.reason.tolist()
+    assert "were not placed within placement_timeout_s = 2 s" in one.reason.iloc[0]
+
+
+def _descendants(pid: int) -> set[int]:
+    """``pid`` and every process below it (Ray's GCS, raylet, dashboard and workers of a local run)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, grew = {pid}, True
+    while grew:
+        more = {child for child, parent in parents.items() if parent in found} - found
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def _listening(pids: set[int]) -> list[tuple[str, str]]:
+    """(local address, process name) of each TCP socket the processes ``pids`` listen on (from `ss`)."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    return [(line.split()[3], line.split('(("', 1)[1].split('"', 1)[0]) for line in out.splitlines()
+            if any(f"pid={pid}," in line for pid in pids)]
+
+
+def _prometheus_text(addresses: list[str]) -> str:
+    """The Prometheus page of whichever of ``addresses`` serves one with our gauges, else ""."""
+    for address in addresses:
+        try:
+            with urllib.request.urlopen(f"http://{address}/metrics", timeout=2) as response:
+                text = response.read().decode(errors="replace")
+        except (OSError, ValueError, http.client.HTTPException):  # a gRPC port, say
+            continue
+        if "ray_lowprec_" in text:
+            return text
+    return ""
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir() or shutil.which("ss") is None, reason="needs /proc and ss")
+def test_a_local_run_listens_on_loopback_only_and_an_interrupt_says_how_to_resume(tmp_path):
+    sweep_file = tmp_path / "long.yaml"
+    sweep_file.write_text(PLACEMENT.replace("epochs: 1", "epochs: 1000").replace(
+        "max_concurrent_trials: 2", "max_concurrent_trials: 1").replace("num_workers: [1, 2]", "num_workers: 1")
+        .replace("compressor: [fp32, fp16]", "compressor: fp32"))
+    results = tmp_path / "results"
+    driver = subprocess.Popen(cli("run", str(sweep_file), "--results", str(results)), cwd=ROOT,
+                              env=ray_env(tmp_path / "home"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    try:
+        seen = []
+        for line in driver.stdout:  # the trial's first epoch: every Ray service is up by then
+            seen.append(line)
+            if "epoch 1/1000" in line:
+                break
+        assert driver.poll() is None, "".join(seen)
+        addresses = _listening(_descendants(driver.pid))
+        metrics = ""
+        deadline = time.monotonic() + 60  # Ray's metrics agent exports what it gathered every few seconds
+        while "ray_lowprec_step_time_s{" not in metrics and time.monotonic() < deadline:
+            metrics = _prometheus_text([a for a, _ in addresses])
+            time.sleep(2)
+        driver.send_signal(signal.SIGINT)
+        out = "".join(seen) + driver.communicate(timeout=120)[0]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert len(addresses) >= 3, addresses  # the GCS, the raylet, the metrics agent at least
+    exposed = [(a, name) for a, name in addresses
+               if a.rsplit(":", 1)[0] not in ("127.0.0.1", "[::ffff:127.0.0.1]", "[::1]")]
+    # Ray's services all listen on loopback. The one exception is torch's: rank 0's TCPStore (the
+    # process group's rendezvous, which Ray Train starts) listens on every interface whatever host
+    # it is given (torch 2.13).
+    assert [name for _, name in exposed] in ([], ["ray::RayTrainWo"]), exposed
+    # the gauges, as Ray exports them, with their tags, on a loopback endpoint
+    assert "ray_lowprec_step_time_s{" in metrics and 'sweep="place"' in metrics
+    assert driver.returncode == 1, out[-3000:]
+    assert "Tuner.restore" not in out and "Target accuracy" not in out
+    assert f"lowprec run {sweep_file} --results {results} --resume" in out, out[-3000:]
+    assert not list((results / "trials").glob("*.json"))  # interrupted: nothing recorded, resume runs it
+
+
+def test_ray_job_submit_to_a_running_cluster(tmp_path):
+    sweep_file = tmp_path / "job.yaml"
+    sweep_file.write_text(TINY.replace("name: tiny", "name: job").replace(
+        "  compressor: [fp32, {name: qsgd, bits: 4}, {name: onebit, workload: {fail_at_epoch: 2}}]", "  compressor: [fp32]"))
+    env = ray_env(tmp_path / "home")
+    env["RAY_AUTH_MODE"] = "disabled"  # head and client agree: loopback only, no token
+    gcs_port, dashboard = free_port(), f"http://127.0.0.1:{free_port()}"
+    head_log = (tmp_path / "head.log").open("w")
+    # --block keeps the head's processes ours: terminating it stops exactly this cluster
+    head = subprocess.Popen(
+        [RAY, "start", "--head", "--block", f"--port={gcs_port}", f"--dashboard-port={dashboard.split(':')[-1]}",
+         "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+         # The agent's fixed default port (52365) may still be held by a Ray that an earlier test stopped.
+         f"--dashboard-agent-listen-port={free_port()}"],
+        env=env, stdout=head_log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: _answers(f"{dashboard}/api/jobs/") or head.poll() is not None, 120, "the Ray head")
+        assert head.poll() is None, (tmp_path / "head.log").read_text()
+        command = [RAY, "job", "submit", "--address", dashboard, "--working-dir", str(ROOT), "--",
+                   "python", "-m", "orchestrator", "run", str(sweep_file), "--results", str(tmp_path / "results" / "job")]
+        for _ in range(10):  # the dashboard answers a few seconds before its job agent is up
+            submit = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+            if "No available agent to submit job" not in submit.stderr + submit.stdout:
+                break
+            time.sleep(2)
+    finally:
+        head.terminate()
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+        head_log.close()
+        _forget_cluster(gcs_port)
+    assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
+    assert "succeeded" in submit.stdout + submit.stderr
+    assert "Connected to Ray cluster" in submit.stdout + submit.stderr  # joined, did not start its own
+    trials = pd.read_csv(tmp_path / "results" / "job" / "trials.csv")
+    assert trials.status.tolist() == ["ok"] and trials.speedup_vs_fp32.tolist() == [1.0]
+
+
+def _forget_cluster(gcs_port: int) -> None:
+    """`ray start` records its address for later `ray.init()` calls; a stopped head must not stay there."""
+    current = Path("/tmp/ray/ray_current_cluster")
+    if current.is_file() and current.read_text().strip().endswith(f":{gcs_port}"):
+        current.unlink()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False

@@ -1,0 +1,72 @@
+"""orchestrator.study.settings: the one schema of the settings (the tables in docs/sweeps.md, docs, defaults, checks).
+The training loop's command line, which validates through it: test_train_loop.py."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+import compressors
+from orchestrator.study import settings, train_loop
+from tests.helpers import ROOT
+
+
+def test_documented_settings_tables_equal_the_schema():
+    text = (ROOT / "docs" / "sweeps.md").read_text()
+    block = re.search(r"<!-- settings:start -->\n(.*?)<!-- settings:end -->", text, re.S)
+    assert block, "docs/sweeps.md lacks the settings block"
+    assert block.group(1) == settings.markdown(), "docs/sweeps.md is stale: paste `python -m orchestrator.study.settings`"
+
+
+def test_every_setting_is_declared_once_with_a_doc():
+    names = [p.name for p in (*settings.SWEEP, *settings.CLUSTER, *settings.AXES, *settings.WORKLOAD)]
+    assert len(names) == len(set(names))
+    for name in names:
+        assert settings.param(name).doc, name
+    for name in compressors.NAMES:
+        for p in compressors.params_of(name):
+            assert p.doc, (name, p.name)
+
+
+def test_compressor_parameters_never_share_a_name_with_a_setting():
+    # they are columns of trials.csv beside the settings; a parameter named lr would shadow the optimizer's
+    setting_names = {p.name for p in (*settings.SWEEP, *settings.CLUSTER, *settings.AXES, *settings.WORKLOAD)}
+    assert not set(settings.compressor_param_names()) & setting_names
+
+
+@pytest.mark.parametrize("given, words", [
+    ({"epochs": "abc"}, ["epochs", "[1, 100000]"]),
+    ({"lr": math.nan}, ["lr", "(0, inf)"]),
+    ({"momentum": 0.9, "optimizer": "adam"}, ["momentum", "adam takes no momentum"]),
+    ({"model": "lenet5", "width": 8}, ["width", "lenet5"]),
+    ({"dataset": "synthetic", "data_dir": "x"}, ["data_dir", "reads no files"]),
+    ({"warmup_epochs": 2, "epochs": 2}, ["warmup_epochs", "< epochs"]),
+    ({"compressor": "qsgd", "compressor_params": {"bits": 9}}, ["bits", "[2, 8]"]),
+    ({"compressor": "qsgd", "compressor_params": {"lr": 0.1}}, ["unknown parameter 'lr'"]),
+    ({"compressor": "onebit", "algorithm": "allreduce"}, ["algorithm", "sra"]),
+    ({"num_workers": 4}, ["unknown training setting", "num_workers"]),
+    ({"cpus_per_worker": 7}, ["unknown training setting", "cpus_per_worker"]),
+])
+def test_check_training_names_the_bad_setting(given, words):
+    with pytest.raises(ValueError) as caught:
+        settings.check_training(given)
+    for word in words:
+        assert word in str(caught.value), str(caught.value)
+
+
+def test_sgd_takes_the_momentum_it_is_given():
+    import torch
+
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    assert train_loop._optimizer(settings.check_training({"momentum": 0.5}), params).defaults["momentum"] == 0.5
+    assert train_loop._optimizer(settings.check_training({}), params).defaults["momentum"] == 0.9
+    assert train_loop._optimizer(settings.check_training({"momentum": 0.0}), params).defaults["momentum"] == 0.0
+
+
+def test_check_training_fills_defaults_and_the_compressor_parameters():
+    config = settings.check_training({"compressor": "qsgd", "compressor_params": {"bits": 2}, "lr": 1})
+    assert config["lr"] == 1.0 and isinstance(config["lr"], float)
+    assert config["compressor_params"] == {"bits": 2, "bucket": 512, "norm": "max"}
+    assert set(config) == set(settings.TRAINING_KEYS)

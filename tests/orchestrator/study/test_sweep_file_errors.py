@@ -1,0 +1,216 @@
+"""What a sweep file is refused for (orchestrator/study/sweep_file.py): every mistake exits before Ray
+starts with the file, the line and the key: unknown keys and values out of range, names that would
+escape the results folder, grids beyond the limit, bad YAML (an alias bomb, deep nesting, bytes that
+are not UTF-8), merge keys and the kernels a compressor lacks. An emulated cluster's mistakes:
+test_sweep_file.py.
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from orchestrator.study.sweep_file import SweepFileError, load_sweep
+from tests.helpers import SWEEP_HEADER as HEADER
+from tests.helpers import TINY_SWEEP, write
+
+
+def fails_at(path: Path, line: int, *words: str) -> str:
+    with pytest.raises(SweepFileError) as caught:
+        load_sweep(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:{line}: "), message
+    for word in words:
+        assert word in message, message
+    return message
+
+
+# ---------------------------------------------------------------- unknown keys and values out of range
+
+
+BAD = [
+    # (file text, line of the error, words the message must contain)
+    (HEADER + """\
+sweep:
+  compressor:
+    - fp32
+    - fp16
+    - dynamic8
+    - {name: qsgd, bitz: [2, 4]}
+""", 13, ["unknown key 'bitz'", "sweep.compressor[3]", "did you mean 'bits'"]),
+    (HEADER.replace("  epochs: 1\n", "  epoch: 1\n"), 6, ["unknown key 'epoch'", "workload", "did you mean 'epochs'"]),
+    (HEADER.replace("epochs: 1", "epochs: three"), 6, ["workload.epochs", "an int in [1, 100000]", "'three'"]),
+    (HEADER.replace("epochs: 1", "epochs: 0"), 6, ["workload.epochs", "[1, 100000]"]),
+    (HEADER + "  lr: .nan\n", 8, ["workload.lr", "(0, inf)", "nan"]),
+    (HEADER + "  optimizer: adam\n  momentum: 0.9\n", 9, ["momentum", "adam takes no momentum"]),
+    (HEADER.replace("  model: mlp\n", "  model: lenet5\n"), 4, ["lenet5", "takes no option 'width'"]),
+    (HEADER + "  warmup_epochs: 1\n", 8, ["warmup_epochs=1 must be < epochs=1"]),
+    (HEADER.replace("target_accuracy: 0.9", "target_accuracy: 1.5"), 7, ["workload.target_accuracy", "1.5"]),
+    (HEADER + "sweep:\n  lr: [0.1,\n       -0.5]\n", 10, ["sweep.lr[1]", "-0.5"]),
+    (HEADER + "sweep:\n  num_workers: [0]\n", 9, ["sweep.num_workers[0]", "[1, inf)"]),
+    (HEADER + """\
+sweep:
+  compressor:
+    - name: adaptive
+      pi:
+        - 0.1
+        - 1.5
+""", 13, ["sweep.compressor[0].pi[1]", "pi", "1.5"]),
+    (HEADER + "sweep:\n  compressor: [{name: qsgd, bits: 9}]\n", 9, ["sweep.compressor[0].bits", "bits", "9"]),
+    (HEADER + "sweep:\n  compressor:\n    - fp32\n    - qsdg\n", 11, ["unknown compressor 'qsdg'", "did you mean 'qsgd'"]),
+    (HEADER + "sweep:\n  compressor: [{name: onebit, bits: 4}]\n", 9, ["'bits'", "onebit"]),
+    (HEADER + "sweep:\n  compressor: [{name: fp32, algorithm: sra}]\n", 9, ["sweep.compressor[0].algorithm", "allreduce"]),
+    (HEADER + "cluster:\n  backend: mpi\n", 9, ["cluster.backend", "gloo"]),
+    (HEADER + "sweep:\n  epochs: [1, 2]\n", 9, ["'epochs'", "both workload and sweep"]),
+    (HEADER + "sweep:\n  lr: [0.1, 0.2\n  seed: 0\n", 10, ["invalid YAML"]),
+    (HEADER + "sweep:\n  lr: 0.1\n  lr: 0.2\n", 10, ["duplicate key 'lr'"]),
+    (HEADER.replace("  target_accuracy: 0.9\n", ""), 2, ["target_accuracy"]),
+    (HEADER.replace("name: t", "name: my study"), 1, ["name"]),
+    (HEADER.replace("name: t", "name: .."), 1, ["name", "not '.' or '..'"]),
+    (HEADER + "sweep:\n  compressor: [none]\n", 9, ["unknown compressor 'none'"]),
+    (HEADER.replace("  model: mlp\n", "  model: mlpp\n"), 3, ["workload.model", "mlp"]),
+]
+
+
+@pytest.mark.parametrize("text, line, words", BAD, ids=[words[0] for _, _, words in BAD])
+def test_bad_sweep_files_name_file_line_and_key(tmp_path, text, line, words):
+    path = write(tmp_path, text, "bad.yaml")
+    with pytest.raises(SweepFileError) as caught:
+        load_sweep(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:{line}: "), message
+    assert caught.value.line == line
+    for word in words:
+        assert word in message, message
+
+
+def test_a_workload_key_among_compressor_parameters_is_refused(tmp_path):
+    # compressor parameters and workload settings are separate namespaces: an entry's
+    # workload settings go under its own 'workload:' key
+    path = write(tmp_path, HEADER + "sweep:\n  compressor: [{name: onebit, lr: 0.01}]\n")
+    with pytest.raises(SweepFileError, match=r":9: key 'lr' is not allowed in sweep.compressor\[0\]: a workload setting"):
+        load_sweep(path)
+
+
+BLOCK = "name: t\nworkload:\n  model: mlp\n  epochs: 2\n  target_accuracy: 0.9\n"  # what follows is line 6
+
+
+@pytest.mark.parametrize("extra, line, words", [
+    ("  lr: .nan\n", 6, ["workload.lr", "(0, inf)"]),
+    ("  momentum: .nan\n", 6, ["workload.momentum"]),
+    ("  weight_decay: .nan\n", 6, ["workload.weight_decay"]),
+    ("sweep:\n  target_accuracy: [.nan]\n", 7, ["both workload and sweep"]),
+    ("cluster: {cpus_per_worker: .nan}\n", 6, ["cluster.cpus_per_worker"]),
+    ("cluster: {gpus_per_worker: .nan}\n", 6, ["cluster.gpus_per_worker"]),
+    ("sweep:\n  compressor: [{name: adaptive, pi: .nan}]\n", 7, ["pi"]),
+    ("sweep:\n  seed: [4294967296]\n", 7, ["sweep.seed[0]", "4294967295"]),
+    ("cluster: {backend: nccl}\n", 6, ["nccl needs GPUs"]),
+    ("  dataset: synthetic\n  data_dir: somewhere\n", 7, ["data_dir"]),
+    ("  data_dir: /no/such/folder\n", 6, ["data_dir", "is not a folder here"]),
+    ("  warmup_epochs: 2\n", 6, ["warmup_epochs=2 must be < epochs=2"]),
+    ("sweep:\n  compressor: [{name: fp32, workload: {model: lenet5, width: 8}}]\n", 7,
+     ["lenet5", "takes no option 'width'"]),
+    ("sweep:\n  lr: [0.1, 0.2, 0.3, 0.4, 0.5]\n  seed: [0, 1]\nmax_trials: 19\n", 9,
+     ["20 trials", "max_trials=19"]),
+])
+def test_bad_values_are_caught_before_ray(tmp_path, extra, line, words):
+    fails_at(write(tmp_path, BLOCK + extra), line, *words)
+
+
+def test_placement_timeout_is_a_checked_setting(tmp_path):
+    fails_at(write(tmp_path, TINY_SWEEP + "cluster: {placement_timeout_s: .nan}\n"), 3, "placement_timeout_s")
+    sweep = load_sweep(write(tmp_path, TINY_SWEEP + "cluster: {placement_timeout_s: null}\n"))
+    assert sweep.cluster["placement_timeout_s"] is None
+    assert load_sweep(write(tmp_path, TINY_SWEEP)).cluster["placement_timeout_s"] == 600.0
+
+
+def test_the_impl_setting_is_checked_against_the_compressor(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: t\nworkload: {epochs: 2, target_accuracy: 0.9, impl: numba}\nbaselines: false\n"
+                    "sweep: {compressor: [onebit, fp16]}\n")
+    with pytest.raises(SweepFileError, match="fp16 has no Numba kernels"):
+        load_sweep(path)
+    path.write_text(path.read_text().replace("[onebit, fp16]", "[onebit, qsgd]").replace("impl: numba", "impl: reference"))
+    assert {t["impl"] for t in load_sweep(path).trials} == {"reference"}
+    path.write_text(path.read_text().replace("impl: reference", "impl: cuda"))
+    with pytest.raises(SweepFileError, match="cuda kernels run on GPUs: set use_gpu: true"):
+        load_sweep(path)
+    path.write_text(path.read_text().replace("[onebit, qsgd]", "[onebit, fp16]") + "cluster: {use_gpu: true}\n")
+    with pytest.raises(SweepFileError, match="fp16 has no CUDA kernels"):
+        load_sweep(path)
+
+
+# ---------------------------------------------------------------- names and sizes
+
+
+@pytest.mark.parametrize("name", [".", "..", "a" * 101, "a/b"])
+def test_sweep_names_that_escape_or_overflow_the_results_folder_are_refused(tmp_path, name):
+    fails_at(write(tmp_path, TINY_SWEEP.replace("name: t", f"name: '{name}'")), 1, "name")
+
+
+def test_a_100_character_sweep_name_is_valid(tmp_path):
+    assert load_sweep(write(tmp_path, TINY_SWEEP.replace("name: t", "name: " + "a" * 100))).name == "a" * 100
+
+
+def test_a_grid_beyond_the_default_limit_is_refused_at_once(tmp_path):
+    seeds = ", ".join(str(i) for i in range(101))
+    sizes = ", ".join(str(i) for i in range(1, 101))
+    text = TINY_SWEEP + f"sweep:\n  seed: [{seeds}]\n  batch_size: [{sizes}]\n"
+    # 2 baselines x 101 seeds x 100 batch sizes
+    fails_at(write(tmp_path, text), 3, "20200 trials", "max_trials=10000")
+
+
+# ---------------------------------------------------------------- YAML
+
+
+def _bomb(level: int) -> str:
+    """Nested aliases: 9**(level + 1) entries once expanded, a few hundred bytes written."""
+    if level == 0:
+        return "&a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"
+    return f"&a{level} [{_bomb(level - 1)}, " + ", ".join([f"*a{level - 1}"] * 8) + "]"
+
+
+@pytest.mark.parametrize("where", ["workload", "sweep"])
+def test_an_alias_bomb_in_a_value_gets_a_short_message(tmp_path, where):
+    text = "name: t\nworkload:\n  model: mlp\n  target_accuracy: 0.9\n"
+    text += f"  lr: {_bomb(9)}\n" if where == "workload" else f"sweep:\n  lr: [{_bomb(9)}]\n"
+    assert len(text) < 1000
+    message = fails_at(write(tmp_path, text), 5 if where == "workload" else 6, f"{where}.lr")
+    assert len(message) < 300
+
+
+@pytest.mark.parametrize("text, line, words", [
+    (TINY_SWEEP + "sweep:\n  lr: [0.1]\x07\n", 4, ["invalid YAML", "not allowed"]),
+    (TINY_SWEEP.encode() + b"sweep:\n  lr: [0.1] # caf\xe9\n", 4, ["not UTF-8", "0xe9"]),
+    (TINY_SWEEP + "sweep:\n  ? [a, b]\n  : 1\n", 4, ["a key must be a plain name"]),
+    ("x: " + "[" * 5000 + "]" * 5000 + "\n", 1, ["nested too deeply"]),
+])
+def test_bad_yaml_exits_with_file_and_line(tmp_path, text, line, words):
+    fails_at(write(tmp_path, text), line, *words)
+
+
+def test_merge_keys_may_be_overridden(tmp_path):
+    text = textwrap.dedent("""\
+        name: t
+        base: &base {model: mlp, width: 8, depth: 1, epochs: 1, target_accuracy: 0.9}
+        workload:
+          <<: *base
+          epochs: 2
+        """)
+    # 'base' is not a key of a sweep file: a merge source must live where its keys are valid
+    fails_at(write(tmp_path, text), 2, "unknown key 'base'")
+    text = textwrap.dedent("""\
+        name: t
+        workload:
+          <<: {model: mlp, width: 8, depth: 1, epochs: 1, target_accuracy: 0.9}
+          epochs: 2
+        sweep:
+          compressor:
+            - &q {name: qsgd, bits: 4}
+            - {<<: *q, bits: 2}
+        """)
+    trials = load_sweep(write(tmp_path, text)).trials
+    assert {t["epochs"] for t in trials} == {2}
+    assert sorted(t["compressor_params"]["bits"] for t in trials if t["compressor"] == "qsgd") == [2, 4]
+    fails_at(write(tmp_path, text.replace("  epochs: 2\n", "  epochs: 2\n  epochs: 3\n")), 5, "duplicate key 'epochs'")

@@ -1,0 +1,177 @@
+"""The training loop (orchestrator/study/train_loop.py): one worker in-process, two workers on gloo
+(spawned), and its command line."""
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from orchestrator.study import settings
+from orchestrator.study.env_info import cpu_ticks
+from orchestrator.study.train_loop import train
+from tests.distributed import run_ranks
+from tests.helpers import run_mains
+
+SMALL_MLP = {"dataset": "mnist", "model": "mlp", "width": 128, "depth": 2, "batch_size": 64,
+             "optimizer": "sgd", "lr": 0.05, "seed": 0}
+
+
+def _train_on_rank(rank: int, world: int, config: dict) -> dict:
+    return train(config)
+
+
+@pytest.mark.slow
+def test_mlp_reaches_93_percent_on_builtin_mnist_with_one_worker():
+    reports = []
+    result = train({**SMALL_MLP, "width": 256, "epochs": 3, "target_accuracy": 0.93}, report=reports.append)
+    assert result["status"] == "ok"
+    assert [m["epoch"] for m in reports] == [1, 2, 3]
+    assert result["final"]["test_accuracy"] >= 0.93
+    assert result["final"]["time_to_accuracy_s"] is not None
+    assert 0 < result["final"]["time_to_accuracy_s"] <= result["final"]["train_time_s"]
+    # Train time only grows, and one worker sends nothing.
+    times = [m["train_time_s"] for m in reports]
+    assert times == sorted(times) and times[0] > 0
+    assert all(m["bytes_sent"] == 0 for m in reports)
+    assert math.isnan(result["final"]["compression_ratio"])
+    weights, biases = 784 * 256 + 256 * 256 + 256 * 10, 256 + 256 + 10
+    assert result["model_summary"] == {"parameters": weights + biases, "grad_bytes_fp32": 4 * (weights + biases),
+                                       "compressible_share": pytest.approx(weights / (weights + biases))}
+
+
+@pytest.mark.slow
+def test_two_workers_with_fp32_match_one_worker_with_the_doubled_batch():
+    # One step per epoch, so the per-epoch train loss is the per-step loss curve.
+    config = {**SMALL_MLP, "epochs": 6, "max_steps_per_epoch": 1}
+    single = train({**config, "batch_size": 128})
+    double = run_ranks(2, _train_on_rank, {**config, "compressor": "fp32"})
+    for ranked in double:
+        assert [m["train_loss"] for m in ranked["history"]] == pytest.approx(
+            [m["train_loss"] for m in single["history"]], rel=1e-5)
+        assert [m["test_accuracy"] for m in ranked["history"]] == pytest.approx(
+            [m["test_accuracy"] for m in single["history"]], abs=1e-3)
+    # fp32 ring all_reduce of every gradient: 2 (N-1) / N * 4 bytes per element.
+    numel = 784 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10
+    assert double[0]["final"]["bytes_sent"] == pytest.approx(4 * numel)
+    assert double[0]["final"]["compression_ratio"] == pytest.approx(1.0)
+    # plain DDP: no hook, so its collectives' own time is not observable; what backward left exposed is
+    final = double[0]["final"]
+    assert math.isnan(final["comm_s"]) and final["encode_s"] == final["decode_s"] == 0.0
+    assert final["exposed_comm_s"] >= 0 and 0 < final["compute_s"] <= final["step_time_s"]
+    # the machine's CPU shares, agreed over the ranks (steal: the most; idle: the least)
+    for share in ("cpu_steal_share", "cpu_idle_share"):
+        values = [ranked["final"][share] for ranked in double]
+        if cpu_ticks() is None:
+            assert all(math.isnan(v) for v in values)
+        else:
+            assert values[0] == values[1] and 0.0 <= values[0] <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compressor,params", [("qsgd", {"bits": 8}), ("dynamic8", {})])
+def test_8bit_methods_end_within_one_point_of_fp32(compressor, params):
+    config = {**SMALL_MLP, "epochs": 2}
+    base = run_ranks(2, _train_on_rank, {**config, "compressor": "fp32"})[0]
+    low = run_ranks(2, _train_on_rank, {**config, "compressor": compressor, "compressor_params": params})[0]
+    assert low["status"] == "ok"
+    assert abs(low["final"]["test_accuracy"] - base["final"]["test_accuracy"]) <= 0.01
+    assert low["final"]["compression_ratio"] > 3.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compressor,params", [("onebit", {}), ("adaptive", {"pi": 0.05})])
+def test_biased_methods_with_error_feedback_still_train(compressor, params):
+    config = {**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 40}
+    result = run_ranks(2, _train_on_rank, {**config, "compressor": compressor, "compressor_params": params})[0]
+    losses = [m["train_loss"] for m in result["history"]]
+    assert result["status"] == "ok"
+    assert losses[1] < losses[0] < math.log(10)
+    assert result["final"]["test_accuracy"] > 0.5
+
+
+@pytest.mark.slow
+def test_fp32_warmup_epochs_send_fp32_then_compressed_bytes():
+    config = {**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 3, "warmup_epochs": 1,
+              "compressor": "qsgd", "compressor_params": {"bits": 4}}
+    history = run_ranks(2, _train_on_rank, config)[0]["history"]
+    assert history[0]["compression_ratio"] == pytest.approx(1.0)
+    assert history[1]["compression_ratio"] > 4.0
+    # fp32 warm-up runs through PyTorch's allreduce_hook, whose collectives are timed
+    assert all(m["comm_s"] > 0 and m["exposed_comm_s"] >= 0 for m in history)
+
+
+def test_a_forced_nan_ends_the_run_as_diverged():
+    reports = []
+    result = train({**SMALL_MLP, "epochs": 3, "max_steps_per_epoch": 5, "force_nan_at_step": 2},
+                   report=reports.append)
+    assert result["status"] == "diverged"
+    assert "epoch 1" in result["reason"]
+    assert len(result["history"]) == 1 and reports[-1]["status"] == "diverged"
+
+
+def test_fail_at_epoch_raises_and_unknown_settings_are_rejected():
+    with pytest.raises(RuntimeError, match="fail_at_epoch"):
+        train({**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 1, "fail_at_epoch": 2})
+    with pytest.raises(ValueError, match="bitz"):
+        train({**SMALL_MLP, "bitz": 4})
+    with pytest.raises(ValueError, match="unknown parameter 'bitz'"):
+        train({**SMALL_MLP, "compressor": "qsgd", "compressor_params": {"bitz": 4}})
+
+
+@pytest.mark.parametrize("compressor, params", [("powersgd", {"matrix_rank": 1}), ("onebit", {})])
+def test_one_worker_runs_the_compressor_through_the_ddp_hook(compressor, params):
+    # powersgd (after its fp32 start iterations) and onebit change the update; fp32 does not
+    config = {**SMALL_MLP, "epochs": 1, "max_steps_per_epoch": 4}
+    base = train({**config, "compressor": "fp32"})
+    low = train({**config, "compressor": compressor, "compressor_params": params})
+    assert low["status"] == "ok"
+    assert low["final"]["train_loss"] != base["final"]["train_loss"]
+    assert low["final"]["bytes_sent"] == 0  # nothing leaves a one-process group
+    for share in ("cpu_steal_share", "cpu_idle_share"):
+        value = low["final"][share]
+        assert math.isnan(value) if cpu_ticks() is None else 0.0 <= value <= 1.0
+
+
+def test_a_non_finite_update_on_the_last_step_marks_the_trial_diverged():
+    # one step whose loss is finite and whose update overflows the weights
+    result = train({"model": "mlp", "width": 16, "depth": 1, "lr": 1e37, "momentum": 0.0,
+                    "epochs": 1, "max_steps_per_epoch": 1})
+    assert math.isfinite(result["final"]["train_loss"])
+    assert result["status"] == "diverged", result
+    assert result["reason"] == "test loss became nan in epoch 1"
+
+
+# ---------------------------------------------------------------- the command line
+
+
+CLI_CASES = [
+    (["--epochs", "abc"], ["argument --epochs", "an int in [1, 100000]", "'abc'"]),
+    (["--lr", "nan"], ["argument --lr", "(0, inf)"]),
+    (["--num_workers", "4"], ["unrecognized arguments: --num_workers 4"]),
+    (["--cpus_per_worker", "7"], ["unrecognized arguments: --cpus_per_worker 7"]),
+    (["--optimizer", "adam", "--momentum", "0.9"], ["adam takes no momentum"]),
+    (["--compressor", "qsgd", "--compressor_params", "{bits: 1}"], ["bits", "[2, 8]"]),
+]
+
+
+@pytest.fixture(scope="module")
+def cli_runs() -> dict[str, dict]:
+    """``python -m orchestrator.study.train_loop`` with each case's arguments and with --help, in one new interpreter."""
+    cases = {repr(args): args for args, _ in CLI_CASES}
+    return run_mains("orchestrator.study.train_loop", {**cases, "help": ["--help"]}, timeout=120)
+
+
+@pytest.mark.parametrize("args, words", CLI_CASES)
+def test_training_cli_exits_2_naming_the_flag(cli_runs, args, words):
+    done = cli_runs[repr(args)]
+    assert done["returncode"] == 2, done["stderr"]
+    assert "Traceback" not in done["stderr"]
+    for word in words:
+        assert word in done["stderr"], done["stderr"]
+
+
+def test_training_cli_help_lists_only_training_settings(cli_runs):
+    text = cli_runs["help"]["stdout"]
+    flags = set(re.findall(r"^\s+(?:-h, )?--(\w+)", text, re.M))
+    assert flags == {*settings.TRAINING_KEYS, "help", "json"}
