@@ -2,6 +2,7 @@
 (spawned), and its command line."""
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -17,8 +18,29 @@ SMALL_MLP = {"dataset": "mnist", "model": "mlp", "width": 128, "depth": 2, "batc
              "optimizer": "sgd", "lr": 0.05, "seed": 0}
 
 
-def _train_on_rank(rank: int, world: int, config: dict) -> dict:
-    return train(config)
+def _train_each_on_rank(rank: int, world: int, configs: dict[str, dict]) -> dict[str, dict]:
+    """Every configuration trained in turn in one world (a spawned world costs seconds to start)."""
+    return {key: train(config) for key, config in configs.items()}
+
+
+# The two-worker runs of the slow tests, by name: one world trains them all.
+TWO_WORKERS = {
+    "doubled": {**SMALL_MLP, "epochs": 6, "max_steps_per_epoch": 1, "compressor": "fp32"},
+    "fp32": {**SMALL_MLP, "epochs": 2, "compressor": "fp32"},
+    "qsgd": {**SMALL_MLP, "epochs": 2, "compressor": "qsgd", "compressor_params": {"bits": 8}},
+    "dynamic8": {**SMALL_MLP, "epochs": 2, "compressor": "dynamic8", "compressor_params": {}},
+    "onebit": {**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 40, "compressor": "onebit", "compressor_params": {}},
+    "adaptive": {**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 40, "compressor": "adaptive",
+                 "compressor_params": {"pi": 0.05}},
+    "warmup": {**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 3, "warmup_epochs": 1, "compressor": "qsgd",
+               "compressor_params": {"bits": 4}},
+}
+
+
+@functools.lru_cache(maxsize=None)
+def two_workers() -> tuple[dict[str, dict], ...]:
+    """Each rank's results of TWO_WORKERS."""
+    return tuple(run_ranks(2, _train_each_on_rank, TWO_WORKERS, timeout=600))
 
 
 @pytest.mark.slow
@@ -43,9 +65,8 @@ def test_mlp_reaches_93_percent_on_builtin_mnist_with_one_worker():
 @pytest.mark.slow
 def test_two_workers_with_fp32_match_one_worker_with_the_doubled_batch():
     # One step per epoch, so the per-epoch train loss is the per-step loss curve.
-    config = {**SMALL_MLP, "epochs": 6, "max_steps_per_epoch": 1}
-    single = train({**config, "batch_size": 128})
-    double = run_ranks(2, _train_on_rank, {**config, "compressor": "fp32"})
+    single = train({**TWO_WORKERS["doubled"], "batch_size": 128})
+    double = [ranked["doubled"] for ranked in two_workers()]
     for ranked in double:
         assert [m["train_loss"] for m in ranked["history"]] == pytest.approx(
             [m["train_loss"] for m in single["history"]], rel=1e-5)
@@ -69,21 +90,18 @@ def test_two_workers_with_fp32_match_one_worker_with_the_doubled_batch():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("compressor,params", [("qsgd", {"bits": 8}), ("dynamic8", {})])
-def test_8bit_methods_end_within_one_point_of_fp32(compressor, params):
-    config = {**SMALL_MLP, "epochs": 2}
-    base = run_ranks(2, _train_on_rank, {**config, "compressor": "fp32"})[0]
-    low = run_ranks(2, _train_on_rank, {**config, "compressor": compressor, "compressor_params": params})[0]
+@pytest.mark.parametrize("compressor", ["qsgd", "dynamic8"])
+def test_8bit_methods_end_within_one_point_of_fp32(compressor):
+    base, low = two_workers()[0]["fp32"], two_workers()[0][compressor]
     assert low["status"] == "ok"
     assert abs(low["final"]["test_accuracy"] - base["final"]["test_accuracy"]) <= 0.01
     assert low["final"]["compression_ratio"] > 3.0
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("compressor,params", [("onebit", {}), ("adaptive", {"pi": 0.05})])
-def test_biased_methods_with_error_feedback_still_train(compressor, params):
-    config = {**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 40}
-    result = run_ranks(2, _train_on_rank, {**config, "compressor": compressor, "compressor_params": params})[0]
+@pytest.mark.parametrize("compressor", ["onebit", "adaptive"])
+def test_biased_methods_with_error_feedback_still_train(compressor):
+    result = two_workers()[0][compressor]
     losses = [m["train_loss"] for m in result["history"]]
     assert result["status"] == "ok"
     assert losses[1] < losses[0] < math.log(10)
@@ -92,9 +110,7 @@ def test_biased_methods_with_error_feedback_still_train(compressor, params):
 
 @pytest.mark.slow
 def test_fp32_warmup_epochs_send_fp32_then_compressed_bytes():
-    config = {**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 3, "warmup_epochs": 1,
-              "compressor": "qsgd", "compressor_params": {"bits": 4}}
-    history = run_ranks(2, _train_on_rank, config)[0]["history"]
+    history = two_workers()[0]["warmup"]["history"]
     assert history[0]["compression_ratio"] == pytest.approx(1.0)
     assert history[1]["compression_ratio"] > 4.0
     # fp32 warm-up runs through PyTorch's allreduce_hook, whose collectives are timed
