@@ -27,6 +27,7 @@ STEP_REDUCTIONS = ("median", "mean", "sum")
 RANK_REDUCTIONS = ("max", "min", "mean", "sum")
 EPOCH_REDUCTIONS = ("median", "last")
 
+
 @dataclass(frozen=True)
 class Column:
     name: str
@@ -53,6 +54,7 @@ class Column:
             parts.append("trials.csv: the last epoch's" if self.epochs == "last" else
                          f"trials.csv: {self.epochs} over epochs")
         return "; ".join(parts)
+
 
 # history.csv: what the training loop reports after each epoch, in this order.
 EPOCH: tuple[Column, ...] = (
@@ -102,8 +104,13 @@ ID: tuple[Column, ...] = (
 
 _EPOCH = {c.name: c for c in EPOCH}
 
-def _from_epochs(name: str) -> Column:
+
+def column(name: str) -> Column:
+    """The declaration of an epoch column (KeyError names the valid ones)."""
+    if name not in _EPOCH:
+        raise KeyError(f"no epoch column {name!r}; valid: {list(_EPOCH)}")
     return _EPOCH[name]
+
 
 TRIAL: tuple[Column, ...] = (
     Column("epochs_run", "", "epochs reported (fewer than epochs if stopped early)"),
@@ -113,8 +120,8 @@ TRIAL: tuple[Column, ...] = (
     Column("best_accuracy", "share", "highest test accuracy over the epochs"),
     Column("accuracy_delta", "share", "final_accuracy minus the mean final_accuracy of the ok fp32 trials of "
            "the same workload (all settings but compression and seed); negative: accuracy lost to compression"),
-    _from_epochs("time_to_accuracy_s"),
-    _from_epochs("train_time_s"),
+    column("time_to_accuracy_s"),
+    column("train_time_s"),
     Column("speedup_vs_fp32", "ratio", "baseline time / own time against the ok fp32 trials of the same settings "
            "but compression (the same seed, else the mean over the others): time_to_accuracy_s where this trial "
            "and its baseline reached the target, else step_time_s; fp32 trials get 1"),
@@ -122,13 +129,13 @@ TRIAL: tuple[Column, ...] = (
     Column("speedup_vs_16bit", "ratio", "the same against the 16-bit baseline (fp16, or bf16 where a study has "
            "no fp16 trials)"),
     Column("speedup_vs_16bit_basis", "", "which time speedup_vs_16bit compares"),
-    _from_epochs("step_time_s"),
+    column("step_time_s"),
     Column("predicted_step_time_s", "s", "what the performance model (lowprec predict) expects of a multi-worker "
            "trial on an emulated cluster, from the folder's one-worker trials and the calibrated link; empty "
            "elsewhere"),
-    *(_from_epochs(name) for name in ("compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
-                                      "samples_per_s", "bytes_sent", "compression_ratio", "cpu_steal_share",
-                                      "cpu_idle_share")),
+    *(column(name) for name in ("compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
+                                "samples_per_s", "bytes_sent", "compression_ratio", "cpu_steal_share",
+                                "cpu_idle_share")),
     Column("parameters", "", "the model's parameter count (empty for a trial that failed before training)"),
     Column("grad_bytes_fp32", "bytes", "the model's gradient bytes in fp32"),
     Column("compressible_share", "share", "share of the gradient bytes in tensors of at least "
@@ -146,24 +153,23 @@ MODEL_COLUMNS: tuple[str, ...] = ("parameters", "grad_bytes_fp32", "compressible
 ID_COLUMNS: tuple[str, ...] = tuple(c.name for c in ID)
 RESULT_COLUMNS: tuple[str, ...] = tuple(c.name for c in TRIAL)
 
-def column(name: str) -> Column:
-    """The declaration of an epoch column (KeyError names the valid ones)."""
-    if name not in _EPOCH:
-        raise KeyError(f"no epoch column {name!r}; valid: {list(_EPOCH)}")
-    return _EPOCH[name]
 
 def _finite(values: Iterable[float]) -> list[float]:
     return [v for v in values if not math.isnan(v)]
 
+
 _STEP: dict[str, Callable[[list[float]], float]] = {
     "median": statistics.median, "mean": statistics.fmean, "sum": math.fsum}
+
 
 def over_steps(name: str, values: Iterable[float]) -> float:
     """An epoch's value of column ``name`` from its per-step values (NaN ones skipped; none left: NaN)."""
     kept = _finite(values)
     return _STEP[column(name).steps](kept) if kept else math.nan
 
-def reduce_over_ranks(values: dict[str, float], all_reduce: Callable[[list[float], str], list[float]]) -> dict[str, float]:
+
+def reduce_over_ranks(values: dict[str, float],
+                      all_reduce: Callable[[list[float], str], list[float]]) -> dict[str, float]:
     """Each column's value reduced over the ranks as it is declared, one ``all_reduce(values, op)`` per
     reduction (op: max, min or sum; it returns the reduced list). A rank's NaN takes no part: with max,
     min and mean a flag per column says which ranks have a value; no rank has one: NaN."""
@@ -190,6 +196,7 @@ def reduce_over_ranks(values: dict[str, float], all_reduce: Callable[[list[float
                    for n, v, h in zip(names, reduced[:len(names)], reduced[len(names):]))
     return out
 
+
 def markdown() -> str:
     """The docs' column lists (docs/results.md), generated from the declarations."""
     def rows(columns: Iterable[Column]) -> list[str]:
@@ -206,6 +213,7 @@ def markdown() -> str:
              "`history.csv`: one row per trial and epoch: `trial_id`, `name`, the settings, then:", "",
              *rows(EPOCH)]
     return "\n".join(lines) + "\n"
+
 
 if __name__ == "__main__":
     print(markdown(), end="")

@@ -11,23 +11,28 @@ import compressors as C
 from tests.helpers import SPARSE, randn
 
 
-@pytest.mark.parametrize("name,p", [("onebit", {}), ("adaptive", {"pi": 0.05}), ("topk", {"pi": 0.05}),
-                                    ("qsgd", {"bits": 2, "bucket": 16})], ids=lambda v: str(v))
-def test_error_feedback_conserves_the_sum(name, p):
-    c = C.get(name, **p)
+def run_with_feedback(codec, shape: tuple[int, int], steps: int) -> tuple[torch.Tensor, torch.Tensor, C.ErrorFeedback]:
+    """``steps`` gradients through ``codec`` with error feedback: the float64 sums of what came in and of
+    what was decoded, and the feedback; each gradient is checked to be left alone."""
     ef = C.ErrorFeedback()
-    shape = (6, 20)
     total_in = torch.zeros(shape, dtype=torch.float64)
     total_out = torch.zeros(shape, dtype=torch.float64)
-    for t in range(25):
+    for t in range(steps):
         g = randn(*shape, seed=100 + t)
         g0 = g.clone()
         v = ef.compensate("w", g)
         assert torch.equal(g, g0)  # the gradient is left alone
-        d = c.decode(c.encode(v, step=t))
+        d = codec.decode(codec.encode(v, step=t))
         ef.update("w", v, d)
         total_in += g.double()
         total_out += d.double()
+    return total_in, total_out, ef
+
+
+@pytest.mark.parametrize("name,p", [("onebit", {}), ("adaptive", {"pi": 0.05}), ("topk", {"pi": 0.05}),
+                                    ("qsgd", {"bits": 2, "bucket": 16})], ids=lambda v: str(v))
+def test_error_feedback_conserves_the_sum(name, p):
+    total_in, total_out, ef = run_with_feedback(C.get(name, **p), (6, 20), 25)
     assert torch.allclose(total_out + ef.residuals["w"].double(), total_in, atol=1e-4, rtol=0)
     if name in SPARSE + ("onebit",):  # the residual holds what was not sent yet
         assert float(ef.residuals["w"].abs().sum()) > 0
@@ -36,16 +41,7 @@ def test_error_feedback_conserves_the_sum(name, p):
 @pytest.mark.parametrize("name", ["efsignsgd", "scaledsign", "randomk"])
 def test_error_feedback_with_memory_keeps_the_residual_bounded(name, impl):
     c = C.get(name, impl=impl, **({"pi": 0.1} if name == "randomk" else {}))
-    ef = C.ErrorFeedback()
-    total_in = torch.zeros(6, 20, dtype=torch.float64)
-    total_out = torch.zeros(6, 20, dtype=torch.float64)
-    for t in range(25):
-        g = randn(6, 20, seed=100 + t)
-        v = ef.compensate("w", g)
-        d = c.decode(c.encode(v, step=t))
-        ef.update("w", v, d)
-        total_in += g.double()
-        total_out += d.double()
+    total_in, total_out, ef = run_with_feedback(c, (6, 20), 25)
     assert torch.allclose(total_out + ef.residuals["w"].double(), total_in, atol=1e-4, rtol=0)
     # with memory the running sum tracks the true one: the residual stays bounded
     assert float(ef.residuals["w"].abs().max()) < 25
@@ -53,16 +49,7 @@ def test_error_feedback_with_memory_keeps_the_residual_bounded(name, impl):
 
 def test_sampled_error_feedback_conserves_the_sum():
     c = C.get("adaptive", grouping="column", pi=0.02, threshold="sampled")
-    ef = C.ErrorFeedback()
-    total_in = torch.zeros(40, 60, dtype=torch.float64)
-    total_out = torch.zeros(40, 60, dtype=torch.float64)
-    for t in range(20):
-        g = randn(40, 60, seed=100 + t)
-        v = ef.compensate("w", g)
-        d = c.decode(c.encode(v, step=t))
-        ef.update("w", v, d)
-        total_in += g.double()
-        total_out += d.double()
+    total_in, total_out, ef = run_with_feedback(c, (40, 60), 20)
     assert torch.allclose(total_out + ef.residuals["w"].double(), total_in, atol=1e-4, rtol=0)
     assert np.isfinite(ef.residuals["w"].numpy()).all()
 

@@ -14,39 +14,21 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def reduce_with(per_rank: list[dict[str, float]]) -> dict[str, float]:
-    """``reduce_over_ranks`` as several ranks see it: every rank computes its own list, and the fake
-    all_reduce combines the lists of the same call across ranks with the op."""
-    import threading
-
-    results: list[dict[str, float]] = [{} for _ in per_rank]
-    barrier = threading.Barrier(len(per_rank))
-    slots: list[list[float] | None] = [None] * len(per_rank)
-    combined: dict[str, list[float]] = {}
-    lock = threading.Lock()
-
-    def run(rank: int) -> None:
-        def all_reduce(values: list[float], op: str) -> list[float]:
-            slots[rank] = list(values)
-            barrier.wait()
-            with lock:
-                if "out" not in combined:
-                    fn = {"max": max, "min": min, "sum": math.fsum}[op]
-                    combined["out"] = [fn(column) for column in zip(*slots)]
-            out = list(combined["out"])
-            barrier.wait()
-            if rank == 0:
-                combined.clear()
-            barrier.wait()
-            return out
-
-        results[rank] = columns.reduce_over_ranks(per_rank[rank], all_reduce)
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(len(per_rank))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert all(r == results[0] or _same(r, results[0]) for r in results)
+    """``reduce_over_ranks`` as several ranks see it: a first pass records what each rank sends in each
+    all_reduce call, a second gives every rank the calls' results, combined across ranks with their op."""
+    sent: list[list[tuple[list[float], str]]] = []
+    for values in per_rank:
+        calls: list[tuple[list[float], str]] = []
+        columns.reduce_over_ranks(values, lambda v, op, calls=calls: calls.append((list(v), op)) or v)
+        sent.append(calls)
+    combine = {"max": max, "min": min, "sum": math.fsum}
+    reduced = [[combine[op](column) for column in zip(*(calls[n][0] for calls in sent))]
+               for n, (_, op) in enumerate(sent[0])]
+    results = []
+    for values in per_rank:
+        answers = iter(reduced)
+        results.append(columns.reduce_over_ranks(values, lambda v, op: list(next(answers))))
+    assert all(_same(r, results[0]) for r in results)
     return results[0]
 
 
