@@ -306,17 +306,17 @@ def finished_sweep(tmp_path: Path, text: str = TINY_SWEEP):
 
 def epochs(epoch_s: float, step_s: float, accuracies: list[float], target: float) -> list[dict]:
     """The per-epoch metrics the training loop reports, for these accuracies."""
-    rows, reached = [], None
+    rows, reached, steps = [], None, None
     for epoch, accuracy in enumerate(accuracies, 1):
         if reached is None and accuracy >= target:
-            reached = epoch * epoch_s
+            reached, steps = epoch * epoch_s, epoch * round(epoch_s / step_s)
         rows.append({
             "epoch": epoch, "train_time_s": epoch * epoch_s, "test_accuracy": accuracy, "test_loss": 0.3,
             "train_loss": 0.3, "step_time_s": step_s, "samples_per_s": 64 / step_s,
             "compute_s": step_s * 3 / 4, "exposed_comm_s": step_s / 4,
             "encode_s": step_s / 8, "comm_s": step_s / 2, "decode_s": step_s / 8,
             "bytes_sent": 1000.0, "compression_ratio": 4.0, "time_to_accuracy_s": reached,
-            "status": "running" if epoch < len(accuracies) else "ok",
+            "steps_to_target": steps, "status": "running" if epoch < len(accuracies) else "ok",
         })
     return rows
 

@@ -8,16 +8,17 @@ orchestrator.results.plots, and configurations are labelled by orchestrator.stud
 ``history.csv`` -- one row per trial and epoch: their columns are declared, with
 units and docs, in orchestrator.study.columns (listed in docs/results.md).
 
-``summary.md`` -- the seed papers' table: one row per configuration, labelled
-``compressor key=value ...`` (its parameters that are set, algorithm, and any
-other setting that varies; orchestrator.study.labels), for each ``num_workers`` the
-final accuracy, time to accuracy and speedup vs fp32 as mean ± sample standard
-deviation over seeds with the number of trials; then the step time in compute,
-exposed communication and the hook's phases; then the trials that did not
-finish "ok", with their reason.
+``summary.md`` -- titled with the sweep's name: the answer figure, then the seed
+papers' table: one row per configuration, labelled ``compressor key=value ...``
+(orchestrator.study.labels), for each ``num_workers`` the final accuracy, time to
+accuracy and speedup vs fp32 (overhead with one worker) as mean ± sample
+standard deviation over seeds with the number of trials; then the step time in
+compute, exposed communication and the hook's phases; then the trials that did
+not finish "ok", with their reason.
 
-``plots/`` -- PNG figures (orchestrator.results.plots): accuracy against time, speedup
-against workers, and the step time (ms) split into compute and exposed communication.
+``plots/`` -- PNG figures (orchestrator.results.plots): the answer (accuracy change against
+speedup), accuracy against time, bytes sent, speedup against workers, and the step time (ms) in
+compute and exposed communication beside the hook's phases.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import json
 import sys
 from pathlib import Path
 from typing import TextIO
+
+import yaml
 
 from .plots import write_plots
 from ..predict.predictor import pairs, trial_predictions
@@ -51,10 +54,21 @@ def export(results: Path) -> dict[str, Path]:
     # parquet needs one type per column: settings may mix None with numbers or strings
     trials.convert_dtypes().to_parquet(written["trials.parquet"], index=False)
     history.to_csv(written["history.csv"], index=False)
-    written["summary.md"].write_text(summary_markdown(trials, results.name))
-    for path in write_plots(trials, history, results / "plots"):
+    title = sweep_name(results)
+    for path in write_plots(trials, history, results / "plots", title):
         written[f"plots/{path.name}"] = path
+    figure = "plots/answer.png" if "plots/answer.png" in written else None
+    written["summary.md"].write_text(summary_markdown(trials, title, figure))
     return written
+
+
+def sweep_name(results: Path) -> str:
+    """The sweep's name, from the copy of its file in the folder (else the folder's name)."""
+    try:
+        name = yaml.safe_load((results / "sweep.yaml").read_text()).get("name")
+    except (OSError, yaml.YAMLError, AttributeError):
+        name = None
+    return name if isinstance(name, str) and name else results.name
 
 
 def export_or_warn(results: Path, stream: TextIO = sys.stdout) -> None:

@@ -1,16 +1,24 @@
 """Figures of a sweep (matplotlib, Agg backend; no display needed), from its tables (orchestrator.results.tables).
 
-Configurations are labelled as orchestrator.study.labels writes them, in legends and bar ticks.
+Configurations are labelled as orchestrator.study.labels writes them, in legends and bar ticks; every
+figure's title names the sweep, the workload, the workers and the links (``summary.study_line``).
 
-- ``accuracy_vs_time.png``: test accuracy against ``train_time_s``, one line
-  per trial coloured by configuration, one panel per ``num_workers``; the
-  dashed line is the target accuracy.
-- ``speedup_vs_workers.png``: mean ``speedup_vs_fp32`` over seeds against
-  ``num_workers``, one line per configuration.
-- ``step_time_breakdown.png``: milliseconds per step split into compute and
-  exposed communication (medians over epochs, mean over seeds;
-  ``tables.step_time_table``), one stacked bar per configuration and
-  ``num_workers``.
+- ``answer.png``: the question's answer: per configuration, the accuracy change vs fp32
+  (``accuracy_delta``, points) against the speedup vs fp32, means over seeds with their standard
+  deviations as error bars; a panel per ``num_workers`` (and per ``bandwidth`` where it varies);
+  hollow markers where the target was not reached (the speedup compares step times); fp32 at
+  (1, 0). With one worker nothing is communicated: that panel shows the overhead (step time /
+  fp32's) instead.
+- ``accuracy_vs_time.png``: test accuracy against ``train_time_s``, one line per trial coloured
+  by configuration, one panel per ``num_workers``; the dashed line is the target accuracy, an x
+  marks where a trial first reached it (``time_to_accuracy_s``, at step resolution).
+- ``bytes_sent.png``: bytes one worker sends per step, per configuration and worker count (two or
+  more; log axis).
+- ``speedup_vs_workers.png``: mean ``speedup_vs_fp32`` over seeds against ``num_workers`` (two or
+  more), one line per configuration.
+- ``step_time_breakdown.png``: milliseconds per step (``tables.step_time_table``): a stacked bar of
+  compute and exposed communication, which add up to the step, and beside it the hook's own phases
+  (encode, comm, decode), which overlap the step; one group per configuration and ``num_workers``.
 - ``speedup_vs_bandwidth.png`` (where the emulated links' ``bandwidth`` varies):
   mean ``speedup_vs_fp32`` over seeds against the bandwidth (log axis), one line
   per configuration, one panel per ``num_workers``.
@@ -18,22 +26,27 @@ Configurations are labelled as orchestrator.study.labels writes them, in legends
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
 
 from compressors.core.params import rate_bps
 
-from .tables import config_labels, step_time_table
+from .summary import study_line
+from .tables import config_labels, numeric, step_time_table
 
 __all__ = ["write_plots"]
 
 # Stacked, they make the step: what communication left of it is the exposed part.
 _PARTS = ("compute", "exposed_comm")
+# The hook's own phases: they overlap the step, so they stand beside it.
+_PHASES = ("encode", "comm", "decode")
 
 
-def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path) -> list[Path]:
-    """Draw the three figures from tables.trials_table and tables.history_table into ``folder``."""
+def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path, title: str = "") -> list[Path]:
+    """Draw the figures from tables.trials_table and tables.history_table into ``folder``; ``title``:
+    the sweep's name. Each is written to a temporary file and renamed."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: works without a display, also inside Ray
@@ -42,25 +55,86 @@ def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path) -> li
     if trials.empty:
         return []
     folder.mkdir(parents=True, exist_ok=True)
-    bars = step_time_table(trials)[list(_PARTS)]
+    bars = step_time_table(trials)
     trials = trials.assign(label=config_labels(trials))
     labels = list(dict.fromkeys(trials["label"]))
     cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
     colours = {label: cmap(i % 20) for i, label in enumerate(labels)}
     workers = sorted(set(trials["num_workers"].tolist()))
-    figures = [("accuracy_vs_time.png", lambda: _accuracy_vs_time(plt, trials, history, colours, workers)),
-               ("speedup_vs_workers.png", lambda: _speedup_vs_workers(plt, trials, colours, workers)),
-               ("step_time_breakdown.png", lambda: _breakdown(plt, bars))]
-    if "bandwidth" in trials and trials["bandwidth"].dropna().nunique() > 1:
-        figures.append(("speedup_vs_bandwidth.png", lambda: _speedup_vs_bandwidth(plt, trials, cmap, workers)))
+    several = [w for w in workers if w > 1]
+    heading = f"{title}: {study_line(trials)}" if title else study_line(trials)
+    figures = [("answer.png", lambda: _answer(plt, trials, colours, workers)),
+               ("accuracy_vs_time.png", lambda: _accuracy_vs_time(plt, trials, history, colours, workers))]
+    if several:
+        figures += [("bytes_sent.png", lambda: _bytes_sent(plt, trials, labels, several)),
+                    ("speedup_vs_workers.png", lambda: _speedup_vs_workers(plt, trials, colours, several))]
+    if not bars.empty:
+        figures.append(("step_time_breakdown.png", lambda: _breakdown(plt, bars)))
+    if several and "bandwidth" in trials and trials["bandwidth"].dropna().nunique() > 1:
+        figures.append(("speedup_vs_bandwidth.png", lambda: _speedup_vs_bandwidth(plt, trials, cmap, several)))
     paths = []
     for name, draw in figures:
         figure = draw()
+        figure.suptitle(heading, fontsize=9, y=1.02)
         path = folder / name
-        figure.savefig(path, dpi=110, bbox_inches="tight")
+        tmp = folder / f".{name}.tmp.png"
+        figure.savefig(tmp, dpi=110, bbox_inches="tight")
         plt.close(figure)
+        tmp.replace(path)
         paths.append(path)
     return paths
+
+
+def _answer(plt, trials, colours, workers):
+    """Accuracy change (points) against speedup vs fp32 (overhead with one worker), per panel."""
+    ok = trials[trials["status"] == "ok"]
+    varies = "bandwidth" in ok and ok["bandwidth"].dropna().nunique() > 1
+    panels = [(w, b) for w in workers for b in (sorted(set(ok.loc[ok["num_workers"] == w, "bandwidth"].dropna()),
+                                                       key=rate_bps) if varies else [None])]
+    figure, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4), squeeze=False)
+    for ax, (w, bandwidth) in zip(axes[0], panels):
+        here = ok[(ok["num_workers"] == w) & ((ok["bandwidth"] == bandwidth) if bandwidth else True)]
+        x = numeric(here["overhead_vs_fp32"] if w == 1 else here["speedup_vs_fp32"])
+        y = numeric(here["accuracy_delta"]) * 100
+        hollow = (here["speedup_basis"] == "step_time") if w > 1 else pd.Series(False, index=here.index)
+        frame = pd.DataFrame({"x": x, "y": y, "hollow": hollow, "label": here["label"]}).dropna(subset=["x", "y"])
+        for label, group in frame.groupby("label", sort=False):
+            # one seed has no spread: no error bar rather than a NaN one
+            xerr = group["x"].std() if len(group) > 1 else None
+            yerr = group["y"].std() if len(group) > 1 else None
+            reached = not group["hollow"].any()
+            ax.errorbar(group["x"].mean(), group["y"].mean(), xerr=xerr, yerr=yerr, fmt="o", markersize=7,
+                        color=colours[label], markerfacecolor=colours[label] if reached else "none",
+                        capsize=3, label=label)
+        ax.axvline(1.0, color="grey", linestyle="--", linewidth=0.8)
+        ax.axhline(0.0, color="grey", linestyle="--", linewidth=0.8)
+        if w == 1:
+            ax.set_title("1 worker: nothing communicated, overhead only")
+            ax.set_xlabel("overhead vs fp32 (step time / fp32's; > 1: slower)")
+        else:
+            ax.set_title(f"{w} workers" + (f", links {bandwidth}" if bandwidth else ""))
+            ax.set_xlabel("speedup vs fp32 (> 1: faster; hollow: target not reached, step time)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("accuracy change vs fp32 (points)")
+    _legend(figure, axes[0])
+    return figure
+
+
+def _bytes_sent(plt, trials, labels, workers):
+    ok = trials[(trials["status"] == "ok") & trials["num_workers"].isin(workers)]
+    means = numeric(ok["bytes_sent"]).groupby([ok["label"], ok["num_workers"]], sort=False).mean()
+    figure, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(labels) * len(workers) + 2), 4.5))
+    width = 0.8 / len(workers)
+    for j, w in enumerate(workers):
+        heights = [means.get((label, w), math.nan) for label in labels]
+        ax.bar([i + j * width for i in range(len(labels))], heights, width=width, label=f"{w} workers")
+    ax.set_xticks([i + width * (len(workers) - 1) / 2 for i in range(len(labels))], labels, rotation=60,
+                  ha="right", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("bytes one worker sends per step (mean over seeds)")
+    ax.legend(fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    return figure
 
 
 def _accuracy_vs_time(plt, trials, history, colours, workers):
@@ -77,6 +151,9 @@ def _accuracy_vs_time(plt, trials, history, colours, workers):
                     pd.to_numeric(curve["test_accuracy"], errors="coerce"),
                     marker="o", markersize=3, color=colours[label], label=None if label in shown else label,
                     linestyle="-" if trial["status"] == "ok" else ":")
+            reached = pd.to_numeric(pd.Series([trial["time_to_accuracy_s"]]), errors="coerce").iloc[0]
+            if pd.notna(reached):  # the crossing, at step resolution, between the epochs' points
+                ax.plot([reached], [trial["target_accuracy"]], marker="x", markersize=7, color=colours[label])
             shown.add(label)
         for target in set(trials["target_accuracy"].dropna().tolist()):
             ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
@@ -134,14 +211,19 @@ def _speedup_vs_bandwidth(plt, trials, cmap, workers):
 
 
 def _breakdown(plt, bars):
-    figure, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(bars) + 2), 4.5))
+    figure, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(bars) + 2), 4.5))
+    x = list(range(len(bars)))
     bottom = [0.0] * len(bars)
-    for part in bars.columns:
-        ax.bar(range(len(bars)), bars[part].to_numpy(), bottom=bottom, label=part.replace("_", " "))
-        bottom = [b + h for b, h in zip(bottom, bars[part])]
-    ax.set_xticks(range(len(bars)), list(bars.index), rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("step time (ms; median over epochs, mean over seeds)")
-    ax.legend()
+    for part in _PARTS:
+        heights = bars[part].fillna(0).to_numpy()
+        ax.bar([i - 0.2 for i in x], heights, width=0.4, bottom=bottom, label=part.replace("_", " "))
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    for k, phase in enumerate(_PHASES):  # beside the step: they overlap it
+        ax.bar([i + 0.05 + 0.12 * k for i in x], bars[phase].to_numpy(), width=0.12, hatch="//", alpha=0.7,
+               label=f"{phase} (overlaps the step)")
+    ax.set_xticks(x, list(bars.index), rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("ms per step (the median step; mean over seeds)")
+    ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     return figure
 

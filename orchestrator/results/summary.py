@@ -1,8 +1,11 @@
-"""summary.md: the seed papers' table of a sweep, from its trials table (orchestrator.results.tables).
+"""summary.md: the answer of a sweep on one page, from its trials table (orchestrator.results.tables).
 
-One row per configuration (labelled as orchestrator.study.labels writes it), for each
-``num_workers`` the final accuracy, time to accuracy and speedup vs fp32 as
-mean ± sample standard deviation over the "ok" trials (seeds) with their
+First the answer figure (plots/answer.png: accuracy change against speedup),
+then the seed papers' table: one row per configuration (labelled as
+orchestrator.study.labels writes it), for each ``num_workers`` the final
+accuracy and time to accuracy, and the speedup vs fp32 from two workers on
+(with one worker nothing is communicated: the overhead vs fp32's step instead),
+as mean ± sample standard deviation over the "ok" trials (seeds) with their
 number; then where a step's time went (``tables.step_time_table``); then the
 trials that did not finish "ok", with their reason.
 """
@@ -16,11 +19,25 @@ import pandas as pd
 from ..study.labels import format_value
 from .tables import config_labels, numeric, step_time_table
 
-__all__ = ["summary_markdown"]
+__all__ = ["summary_markdown", "study_line"]
 
 
-def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str) -> str:
-    """The seed papers' table as Markdown; ``trials`` is tables.trials_table (or its rows)."""
+def study_line(trials: pd.DataFrame) -> str:
+    """What was studied, in one line: workload, workers, links (the answer figure's title too)."""
+    def values(column: str) -> str:
+        found = trials[column].dropna().tolist() if column in trials else []
+        return ", ".join(format_value(v) for v in sorted(set(found), key=str))
+
+    parts = [f"{values('model')} on {values('dataset')}" if "model" in trials else ""]
+    parts.append(f"{values('num_workers')} workers")
+    bandwidth = values("bandwidth")
+    parts.append(f"links {bandwidth} (emulated)" if bandwidth else "links as they are (no emulation)")
+    return "; ".join(p for p in parts if p)
+
+
+def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, figure: str | None = None) -> str:
+    """The summary as Markdown; ``trials`` is tables.trials_table (or its rows), ``title`` the sweep's
+    name, ``figure`` the answer figure's path relative to the summary (None: none drawn)."""
     trials = pd.DataFrame(trials)
     if trials.empty:
         return f"# {title}\n\nNo trial has finished yet.\n"
@@ -30,28 +47,31 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str) ->
     counts = trials["status"].value_counts()
     targets = ", ".join(format_value(t) for t in sorted(set(trials["target_accuracy"].dropna().tolist())))
     targets = f" Target accuracy {targets}." if targets else ""
-    lines = [
-        f"# {title}",
-        "",
-        f"{len(trials)} trials: {counts.get('ok', 0)} ok, {counts.get('diverged', 0)} diverged, "
-        f"{counts.get('failed', 0)} failed.{targets}",
-        "",
+    lines = [f"# {title}", "", f"{study_line(trials)}.", "",
+             f"{len(trials)} trials: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in
+                                                   ("ok", "unstable", "diverged", "failed")) + f".{targets}", ""]
+    if figure:
+        lines += [f"![accuracy change against speedup]({figure})", ""]
+    lines += [
         "Cells: mean ± sample standard deviation over the \"ok\" trials (seeds), with n trials. "
         "Accuracy: final test accuracy. Time to accuracy: seconds of training until the target "
-        "(k/n: reached by k of n). Speedup: vs fp32 at the same number of workers; "
-        "\\* = some compared median step time because a run did not reach the target.",
+        "(k/n: reached by k of n). Speedup: vs fp32 at the same number of workers, from 2 workers on; "
+        "\\* = some compared step time because a run did not reach the target; "
+        "† = the spread over seeds includes 1 (no measurable difference). With one worker nothing is "
+        "communicated: overhead = step time / fp32's step time (what encoding, decoding and error feedback cost).",
         "",
     ]
     header = ["configuration"]
     for w in workers:
-        header += [f"w={w} accuracy", f"w={w} time to accuracy (s)", f"w={w} speedup vs fp32"]
+        last = f"w={w} overhead vs fp32" if w == 1 else f"w={w} speedup vs fp32"
+        header += [f"w={w} accuracy", f"w={w} time to accuracy (s)", last]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
     ok = trials[trials["status"] == "ok"]
     values = pd.DataFrame({
         "accuracy": numeric(ok["final_accuracy"]),
         "time": numeric(ok["time_to_accuracy_s"]),
-        "speedup": numeric(ok["speedup_vs_fp32"]),
+        "speedup": numeric(ok["speedup_vs_fp32"]).fillna(numeric(ok["overhead_vs_fp32"])),
     })
     values["star"] = values["speedup"].notna() & (ok["speedup_basis"] == "step_time")
     groups = values.groupby([ok["label"], ok["num_workers"]], sort=False)
@@ -70,7 +90,9 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str) ->
             time = _cell(cell, "time", 1) if reached else "not reached"
             if reached < n:
                 time += f" ({reached}/{n} reached)"
-            speedup = _cell(cell, "speedup", 2, "x") + ("\\*" if cell["star"] else "")
+            speedup = _cell(cell, "speedup", 2, "x")
+            if w > 1:
+                speedup += ("\\*" if cell["star"] else "") + ("†" if _overlaps_one(cell) else "")
             cells += [_cell(cell, "accuracy", 4), time, speedup]
         lines.append("| " + " | ".join(cells) + " |")
 
@@ -84,17 +106,28 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str) ->
     return "\n".join(lines) + "\n"
 
 
+def _overlaps_one(stats: pd.Series) -> bool:
+    """Whether mean ± standard deviation of the speedup over seeds includes 1 (n >= 2)."""
+    if int(stats["speedup_count"]) < 2:
+        return False
+    return abs(float(stats["speedup_mean"]) - 1.0) <= float(stats["speedup_std"])
+
+
 def _step_time_lines(ok: pd.DataFrame) -> list[str]:
     table = step_time_table(ok) if not ok.empty else pd.DataFrame()
     if table.empty:
         return []
     lines = ["", "## Where a step's time went", "",
-             "Milliseconds per step (median over epochs, mean over seeds). step = compute + exposed comm: the "
-             "communication backward did not hide. encode, comm, decode: the hook's own phases, which overlap "
-             "the step (comm: wall time of its collectives; – for plain DDP, which has no hook to time them).",
+             "Milliseconds per step: the median step (of the slowest rank, in the median epoch; mean over seeds). "
+             "step = compute + exposed comm, the communication backward did not hide. encode, comm, decode: the "
+             "hook's own phases, which overlap the step (comm: wall time of its collectives; – for plain DDP, "
+             "which has no hook to time them).",
              "", "| configuration | step | compute | exposed comm | encode | comm | decode |", "|" + "---|" * 7]
     for label, row in table.iterrows():
-        cells = ["–" if pd.isna(v) else f"{v:.2f}" for v in row.to_numpy()]
+        # compute is shown as step - exposed comm after rounding, so every row adds up as printed
+        step, exposed = round(float(row["step_time"]), 2), round(float(row["exposed_comm"]), 2)
+        shown = {**row.to_dict(), "step_time": step, "exposed_comm": exposed, "compute": step - exposed}
+        cells = ["–" if pd.isna(shown[c]) else f"{shown[c]:.2f}" for c in table.columns]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 

@@ -20,15 +20,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..study.columns import ID_COLUMNS, MODEL_COLUMNS, RESULT_COLUMNS, STEP_METRICS
-from ..study.labels import config_label
-from ..study.settings import FP32, SIXTEEN_BIT, compressor_param_names
+from ..study.columns import ID_COLUMNS, MODEL_COLUMNS, RESULT_COLUMNS, STEP_METRICS, column, median_low_index
+from ..study import labels
+from ..study.settings import FP32, SIXTEEN_BIT, TEST_HOOKS, compressor_param_names
 
 __all__ = [
     "STEP_METRICS", "MODEL_COLUMNS", "RESULT_COLUMNS", "ID_COLUMNS",
     "trials_table", "history_table", "history_rows",
-    "accuracy_delta", "speedups", "sixteen_bit_baseline",
-    "flat_settings", "settings_columns", "varying_settings", "label_keys", "config_labels", "numeric",
+    "accuracy_delta", "speedups", "overheads", "sixteen_bit_baseline",
+    "flat_settings", "settings_columns", "config_labels", "numeric",
     "step_time_table",
 ]
 
@@ -84,7 +84,8 @@ def history_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     the trial's final status is in trials.csv.
     """
     return [
-        {"trial_id": r["trial_id"], "name": r["name"], **flat_settings(r["settings"]), **epoch}
+        {"trial_id": r["trial_id"], "name": r["name"],
+         **{k: v for k, v in flat_settings(r["settings"]).items() if k not in TEST_HOOKS}, **epoch}
         for r in records for epoch in r["history"]
     ]
 
@@ -107,7 +108,10 @@ def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = N
     if not records:
         return pd.DataFrame(columns=[*ID_COLUMNS, *RESULT_COLUMNS])
     flat = [flat_settings(r["settings"]) for r in records]
-    settings = list(dict.fromkeys(key for s in flat for key in s))
+    for s, r in zip(flat, records):  # the links a trial ran over, also where the cluster, not the trial, set them
+        if s.get("bandwidth") is None and (r.get("link") or {}).get("bandwidth") is not None:
+            s["bandwidth"] = r["link"]["bandwidth"]
+    settings = list(dict.fromkeys(key for s in flat for key in s if key not in TEST_HOOKS))
     base = pd.DataFrame([{**{k: r[k] for k in ID_COLUMNS}, **s} for r, s in zip(records, flat)],
                         columns=[*ID_COLUMNS, *settings])
     models = pd.DataFrame([{k: v for k, v in (r.get("model_summary") or {}).items() if k in MODEL_COLUMNS}
@@ -131,12 +135,14 @@ def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = N
                                      (sixteen_bit_baseline(trials), "speedup_vs_16bit", "speedup_vs_16bit_basis")):
         result = speedups(trials, ok[ok["compressor"] == baseline])
         trials[speedup], trials[basis] = result["speedup"], result["basis"]
+    trials["overhead_vs_fp32"] = overheads(trials, ok[ok["compressor"] == FP32])
     return trials.reindex(columns=[*ID_COLUMNS, *settings, *RESULT_COLUMNS])
 
 
 def _own_results(history: pd.DataFrame) -> pd.DataFrame:
-    """Per trial_id, the results that need no other trial: accuracies, times, step-metric medians."""
-    metrics = ["test_accuracy", "train_time_s", "time_to_accuracy_s", *STEP_METRICS]
+    """Per trial_id, the results that need no other trial: accuracies, times, the step metrics reduced over
+    epochs as orchestrator.study.columns declares them (parts of a step from the epoch its whole picks)."""
+    metrics = ["test_accuracy", "train_time_s", "time_to_accuracy_s", "steps_to_target", *STEP_METRICS]
     history = history.reindex(columns=["trial_id", *dict.fromkeys(metrics)])
     finite = history[["trial_id"]].join(history[metrics].apply(numeric))
     epochs = finite.groupby("trial_id", sort=False)
@@ -145,11 +151,17 @@ def _own_results(history: pd.DataFrame) -> pd.DataFrame:
         "final_accuracy": epochs["test_accuracy"].last(),  # the last finite one
         "best_accuracy": epochs["test_accuracy"].max(),
     })
-    own = own.join(epochs[list(STEP_METRICS)].median())
+    own = own.join(epochs[[c for c in STEP_METRICS if column(c).epochs == "median"]].median())
+    for whole in (c for c in STEP_METRICS if column(c).epochs == "median_low"):
+        taken = [whole, *(c for c in STEP_METRICS if column(c).part_of == whole)]
+        rows = {trial_id: group.index[i] for trial_id, group in epochs
+                for i in [median_low_index(group[whole].tolist())] if i >= 0}
+        picked = finite.loc[list(rows.values()), taken].set_axis(list(rows))
+        own = own.join(picked.reindex(columns=taken))
     # The times as the training loop reported them after the last epoch.
     last = history.drop_duplicates("trial_id", keep="last").set_index("trial_id")
-    for column in ("time_to_accuracy_s", "train_time_s"):
-        own[column] = pd.to_numeric(last[column], errors="coerce")
+    for name in ("time_to_accuracy_s", "steps_to_target", "train_time_s"):
+        own[name] = pd.to_numeric(last[name], errors="coerce")
     return own.set_axis(own.index.astype(object))  # no epochs at all: an empty index of no type
 
 
@@ -182,15 +194,10 @@ def sixteen_bit_baseline(trials: pd.DataFrame) -> str | None:
     return next((name for name in SIXTEEN_BIT if name in ok), None)
 
 
-def speedups(trials: pd.DataFrame, baselines: pd.DataFrame) -> pd.DataFrame:
-    """Per "ok" trial, baseline time / own time and the basis of that time (NaN/None otherwise).
-
-    ``baselines`` are rows of ``trials``. A trial is compared with the baselines of its
-    scale (same settings but compression, seed included), or, where none has its seed,
-    with those of its workload (the other seeds). The time is time_to_accuracy_s where
-    the trial and all those baselines have one, otherwise step_time_s; the baseline
-    time is their mean.
-    """
+def _baseline_times(trials: pd.DataFrame, baselines: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per trial, the finite times it may be compared by, and the mean and count of each over its
+    baselines: those of its scale (same settings but compression, seed included), or, where none has
+    its seed, those of its workload (the other seeds)."""
     keys = _keys(trials)
     times = [time for time, _ in _SPEEDUP_TIMES]
     finite = trials[times].apply(numeric)
@@ -204,15 +211,36 @@ def speedups(trials: pd.DataFrame, baselines: pd.DataFrame) -> pd.DataFrame:
     peers = per("scale")
     alone = peers["n"].isna()  # no baseline has this trial's seed
     peers.loc[alone] = per("workload").loc[alone]
+    return finite, peers
+
+
+def speedups(trials: pd.DataFrame, baselines: pd.DataFrame) -> pd.DataFrame:
+    """Per "ok" trial of two or more workers, baseline time / own time and the basis of that time
+    (NaN/None otherwise: with one worker nothing is communicated, so nothing can be sped up).
+
+    ``baselines`` are rows of ``trials`` (``_baseline_times`` says which a trial is compared with). The
+    time is time_to_accuracy_s where the trial and all those baselines have one, otherwise step_time_s;
+    the baseline time is their mean.
+    """
+    finite, peers = _baseline_times(trials, baselines)
     speedup = pd.Series(np.nan, index=trials.index)
     basis = pd.Series(None, index=trials.index, dtype=object)
-    undecided = trials["status"] == "ok"
+    undecided = (trials["status"] == "ok") & (pd.to_numeric(trials["num_workers"]) > 1)
     for time, name in _SPEEDUP_TIMES:
         usable = undecided & (finite[time] > 0) & (peers["n"] > 0) & (peers[f"{time}_n"] == peers["n"])
         speedup[usable] = peers.loc[usable, f"{time}_mean"] / finite.loc[usable, time]
         basis[usable] = name
         undecided &= ~usable
     return pd.DataFrame({"speedup": speedup, "basis": basis})
+
+
+def overheads(trials: pd.DataFrame, baselines: pd.DataFrame) -> pd.Series:
+    """Per "ok" one-worker trial, own step_time_s / its baselines' mean step_time_s (``_baseline_times``):
+    what the compressor costs where nothing is sent. NaN otherwise."""
+    finite, peers = _baseline_times(trials, baselines)
+    usable = ((trials["status"] == "ok") & (pd.to_numeric(trials["num_workers"]) == 1)
+              & (peers["step_time_s_n"] > 0) & (peers["step_time_s_mean"] > 0))
+    return (finite["step_time_s"] / peers["step_time_s_mean"]).where(usable)
 
 
 # ---------------------------------------------------------------- labels
@@ -223,27 +251,11 @@ def settings_columns(trials: pd.DataFrame) -> list[str]:
     return [c for c in trials.columns if c not in (*ID_COLUMNS, *RESULT_COLUMNS)]
 
 
-def varying_settings(trials: pd.DataFrame) -> list[str]:
-    """Settings outside compression, num_workers and seed that differ between trials."""
-    skip = {*_compression_keys(), "num_workers", "seed"}
-    columns = [c for c in settings_columns(trials) if c not in skip]
-    plain = _plain(trials[columns])
-    return [c for c in columns if plain[c].map(lambda value: json.dumps(value, default=str)).nunique() > 1]
-
-
-def label_keys(trials: pd.DataFrame) -> list[str]:
-    """The keys a configuration's label shows: compressor parameters, the algorithm where the study
-    uses more than one for a compressor, varying settings (orchestrator.study.labels.config_label leaves
-    out those a trial does not set)."""
-    several = "algorithm" in trials and bool((trials.groupby("compressor")["algorithm"].nunique() > 1).any())
-    return [*compressor_param_names(), *(["algorithm"] if several else []), *varying_settings(trials)]
-
-
 def config_labels(trials: pd.DataFrame, extra: Iterable[str] = ()) -> pd.Series:
-    """Each trial's configuration in the one label format, ``label_keys`` then ``extra``."""
-    keys = [*label_keys(trials), *extra]
-    rows = _plain(trials[["compressor", *(k for k in keys if k in trials.columns)]]).to_dict("records")
-    return pd.Series([config_label(row, keys) for row in rows], index=trials.index, dtype=object)
+    """Each trial's configuration in the one label format (orchestrator.study.labels.config_labels),
+    then ``extra``."""
+    rows = _plain(trials).to_dict("records")
+    return pd.Series(labels.config_labels(rows, settings_columns(trials), extra), index=trials.index, dtype=object)
 
 
 # A step's time is compute + exposed communication; the hook's own phases overlap the step.

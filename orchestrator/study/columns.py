@@ -3,7 +3,9 @@
 A column of ``history.csv`` (``EPOCH``) is what the training loop reports per
 epoch. Where it is measured per step it reduces over the epoch's steps
 (``steps``), then over the ranks (``ranks``); a column without ``ranks`` is
-computed from reduced values. A column of ``trials.csv`` (``TRIAL``) is one
+computed from reduced values. A part of a step (``part_of``) is taken from
+the step, rank and epoch that the whole's reductions pick, so the parts add up
+to the whole in every row. A column of ``trials.csv`` (``TRIAL``) is one
 value per trial: an epoch column reduced over the epochs (``epochs``), or a
 comparison between trials that orchestrator.results.tables computes.
 
@@ -23,9 +25,9 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-STEP_REDUCTIONS = ("median", "mean", "sum")
+STEP_REDUCTIONS = ("median", "median_low", "mean", "sum")
 RANK_REDUCTIONS = ("max", "min", "mean", "sum")
-EPOCH_REDUCTIONS = ("median", "last")
+EPOCH_REDUCTIONS = ("median", "median_low", "last")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class Column:
     steps: str | None = None  # over an epoch's steps: one of STEP_REDUCTIONS
     ranks: str | None = None  # over the ranks: one of RANK_REDUCTIONS
     epochs: str | None = None  # into trials.csv, over the epochs run: one of EPOCH_REDUCTIONS
+    # A part of another column's value: taken from the step, rank and epoch that column's reductions
+    # pick (its median_low step, its max rank, its median_low epoch), so that the parts add up to it.
+    part_of: str | None = None
 
     def __post_init__(self) -> None:
         for value, valid in ((self.steps, STEP_REDUCTIONS), (self.ranks, RANK_REDUCTIONS),
@@ -45,6 +50,9 @@ class Column:
 
     def how(self) -> str:
         """How the value is reduced, in words (the docs' list)."""
+        if self.part_of:
+            return (f"of the step that {self.part_of} picks: the same step, rank and epoch, "
+                    f"so the parts add up to {self.part_of}")
         parts = []
         if self.steps:
             parts.append(f"{self.steps} over the epoch's steps")
@@ -65,14 +73,13 @@ EPOCH: tuple[Column, ...] = (
     Column("test_accuracy", "share", "accuracy on the whole test set after the epoch, in [0, 1]"),
     Column("test_loss", "", "mean cross-entropy on the whole test set after the epoch"),
     Column("train_loss", "", "mean cross-entropy over the epoch's training samples, all ranks"),
-    Column("step_time_s", "s", "seconds per training step", steps="median", ranks="max", epochs="median"),
+    Column("step_time_s", "s", "seconds per training step", steps="median_low", ranks="max", epochs="median_low"),
     Column("samples_per_s", "samples/s", "training throughput of all workers: samples / the epoch's time",
            epochs="median"),
     Column("compute_s", "s", "of a step: forward, backward and optimizer without waiting on communication "
-           "(step time minus exposed communication)", steps="median", ranks="max", epochs="median"),
+           "(step time minus exposed communication)", part_of="step_time_s"),
     Column("exposed_comm_s", "s", "of a step: communication backward did not hide (the hooks' main-thread part "
-           "and waiting for their futures; compressors.ddp.step_clock)", steps="median", ranks="max",
-           epochs="median"),
+           "and waiting for their futures; compressors.ddp.step_clock)", part_of="step_time_s"),
     Column("encode_s", "s", "the hook's encoding per step; overlaps the step when overlap is on",
            steps="median", ranks="max", epochs="median"),
     Column("comm_s", "s", "wall time of the hook's collectives per step, each second once; empty for plain DDP "
@@ -87,18 +94,23 @@ EPOCH: tuple[Column, ...] = (
            "steps (empty without /proc/stat): near 0 where the cores, not the link, set the pace",
            ranks="min", epochs="median"),
     Column("compression_ratio", "ratio", "fp32 ring-allreduce bytes / bytes_sent", epochs="median"),
-    Column("time_to_accuracy_s", "s", "train_time_s at the end of the first epoch whose test accuracy reached "
-           "target_accuracy; empty until then", epochs="last"),
-    Column("status", "", "the loop's status after the epoch: running, ok or diverged"),
+    Column("time_to_accuracy_s", "s", "train_time_s at the first evaluation (every eval_every_steps steps and "
+           "after each epoch) whose test accuracy reached target_accuracy; empty until then", epochs="last"),
+    Column("steps_to_target", "", "training steps each worker had run at that evaluation; empty until then",
+           epochs="last"),
+    Column("status", "", "the loop's status after the epoch: running, ok, unstable (the last epoch) or "
+           "diverged"),
 )
 
 # trials.csv: one value per trial, after the trial's id columns and settings, in this order.
 ID: tuple[Column, ...] = (
     Column("trial_id", "", "the stable id of the trial (a hash of its settings)"),
     Column("name", "", "the trial's readable name"),
-    Column("status", "", "ok; diverged (the training or test loss became NaN/inf, or a parameter is not finite "
-           "after the epoch's last step: the loop stopped); failed (an exception, workers lost beyond max_failures, "
-           "or workers that could not be placed)"),
+    Column("status", "", "ok; unstable (training collapsed without a NaN: the training loss ended at more than "
+           "twice its lowest epoch's, or the test accuracy fell back to what a constant prediction scores; "
+           "orchestrator.study.stability); diverged (the training or test loss became NaN/inf, or a parameter is "
+           "not finite after the epoch's last step: the loop stopped); failed (an exception, workers lost beyond "
+           "max_failures, or workers that could not be placed)"),
     Column("reason", "", "why a trial is not ok (empty otherwise)"),
 )
 
@@ -121,14 +133,19 @@ TRIAL: tuple[Column, ...] = (
     Column("accuracy_delta", "share", "final_accuracy minus the mean final_accuracy of the ok fp32 trials of "
            "the same workload (all settings but compression and seed); negative: accuracy lost to compression"),
     column("time_to_accuracy_s"),
+    column("steps_to_target"),
     column("train_time_s"),
-    Column("speedup_vs_fp32", "ratio", "baseline time / own time against the ok fp32 trials of the same settings "
-           "but compression (the same seed, else the mean over the others): time_to_accuracy_s where this trial "
-           "and its baseline reached the target, else step_time_s; fp32 trials get 1"),
+    Column("speedup_vs_fp32", "ratio", "with two or more workers, baseline time / own time against the ok fp32 "
+           "trials of the same settings but compression (the same seed, else the mean over the others): "
+           "time_to_accuracy_s where this trial and its baseline reached the target, else step_time_s; fp32 "
+           "trials get 1; empty with one worker, where nothing is communicated"),
     Column("speedup_basis", "", "which time speedup_vs_fp32 compares: time_to_accuracy or step_time"),
     Column("speedup_vs_16bit", "ratio", "the same against the 16-bit baseline (fp16, or bf16 where a study has "
            "no fp16 trials)"),
     Column("speedup_vs_16bit_basis", "", "which time speedup_vs_16bit compares"),
+    Column("overhead_vs_fp32", "ratio", "with one worker (nothing is communicated), own step_time_s / that of the "
+           "ok fp32 trials of the same settings but compression: what encoding, decoding and error feedback "
+           "cost; empty with more workers"),
     column("step_time_s"),
     Column("predicted_step_time_s", "s", "what the performance model (lowprec predict) expects of a multi-worker "
            "trial on an emulated cluster, from the folder's one-worker trials and the calibrated link; empty "
@@ -146,8 +163,8 @@ TRIAL: tuple[Column, ...] = (
     Column("worker_node_ips", "", "the Ray node of each rank, in rank order, space-separated"),
 )
 
-# Per-step metrics of trials.csv: the median over epochs of an epoch column.
-STEP_METRICS: tuple[str, ...] = tuple(c.name for c in TRIAL if c.epochs == "median")
+# Per-step metrics of trials.csv: an epoch column reduced over the epochs (median, or parts of the median).
+STEP_METRICS: tuple[str, ...] = tuple(c.name for c in TRIAL if c.epochs in ("median", "median_low") or c.part_of)
 # workloads.model_summary of the trained model, as the training loop returned it.
 MODEL_COLUMNS: tuple[str, ...] = ("parameters", "grad_bytes_fp32", "compressible_share")
 ID_COLUMNS: tuple[str, ...] = tuple(c.name for c in ID)
@@ -159,20 +176,37 @@ def _finite(values: Iterable[float]) -> list[float]:
 
 
 _STEP: dict[str, Callable[[list[float]], float]] = {
-    "median": statistics.median, "mean": statistics.fmean, "sum": math.fsum}
+    "median": statistics.median, "median_low": statistics.median_low, "mean": statistics.fmean, "sum": math.fsum}
 
 
-def over_steps(name: str, values: Iterable[float]) -> float:
-    """An epoch's value of column ``name`` from its per-step values (NaN ones skipped; none left: NaN)."""
-    kept = _finite(values)
-    return _STEP[column(name).steps](kept) if kept else math.nan
+def median_low_index(values: list[float]) -> int:
+    """The index of the lower median of ``values`` (NaN ones skipped; the first of equal values):
+    ``values[i] == statistics.median_low(finite values)``. -1 where none is finite."""
+    kept = sorted((v, i) for i, v in enumerate(values) if not math.isnan(v))
+    return kept[(len(kept) - 1) // 2][1] if kept else -1
+
+
+def over_steps(per_step: dict[str, list[float]]) -> dict[str, float]:
+    """An epoch's value of each column from its per-step values, as the column declares: reduced over
+    the steps (NaN ones skipped; none left: NaN), or a part taken from the step its whole picks."""
+    out: dict[str, float] = {}
+    for name, values in per_step.items():
+        c = column(name)
+        if c.part_of is None:
+            kept = _finite(values)
+            out[name] = _STEP[c.steps](kept) if kept else math.nan
+        else:
+            i = median_low_index(per_step[c.part_of])
+            out[name] = values[i] if i >= 0 else math.nan
+    return out
 
 
 def reduce_over_ranks(values: dict[str, float],
                       all_reduce: Callable[[list[float], str], list[float]]) -> dict[str, float]:
     """Each column's value reduced over the ranks as it is declared, one ``all_reduce(values, op)`` per
     reduction (op: max, min or sum; it returns the reduced list). A rank's NaN takes no part: with max,
-    min and mean a flag per column says which ranks have a value; no rank has one: NaN."""
+    min and mean a flag per column says which ranks have a value; no rank has one: NaN. Parts come
+    from the rank whose whole the reduction picked (the mean over ranks that tie)."""
     out: dict[str, float] = {}
     for op in RANK_REDUCTIONS:
         names = [name for name in values if column(name).ranks == op]
@@ -194,6 +228,13 @@ def reduce_over_ranks(values: dict[str, float],
         reduced = all_reduce([fill if math.isnan(v) else v for v in own] + [sign * h for h in has], op)
         out.update((n, v if sign * h > 0 else math.nan)
                    for n, v, h in zip(names, reduced[:len(names)], reduced[len(names):]))
+    wholes = list(dict.fromkeys(column(name).part_of for name in values if column(name).part_of))
+    for whole in wholes:
+        parts = [name for name in values if column(name).part_of == whole]
+        # max and min return one rank's own value exactly: the ranks that hold it give the parts.
+        picked = 1.0 if values[whole] == out[whole] else 0.0
+        sums = all_reduce([values[name] * picked if picked else 0.0 for name in parts] + [picked], "sum")
+        out.update((name, total / sums[-1] if sums[-1] else math.nan) for name, total in zip(parts, sums))
     return out
 
 

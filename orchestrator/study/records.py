@@ -10,7 +10,7 @@ Layout of ``<results>/<sweep name>/``::
 
 A record is ``{"trial_id", "name", "settings", "status", "reason", "history",
 "model_summary", "attempts", "worker_node_ips", "link", "finished_at"}``:
-``status`` is "ok", "diverged" or "failed", ``reason`` says why a trial did not
+``status`` is "ok", "unstable", "diverged" or "failed", ``reason`` says why a trial did not
 finish "ok", ``history`` holds the per-epoch metrics the training loop reported
 in its last attempt (``attempts`` counts the starts of the trial's workers: a
 restart under ``max_failures`` begins the epochs again), ``worker_node_ips`` the
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-FINISHED = ("ok", "diverged", "failed")
+FINISHED = ("ok", "unstable", "diverged", "failed")
 
 
 def trials_dir(results: Path) -> Path:

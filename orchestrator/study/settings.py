@@ -87,6 +87,10 @@ _TRAINING: tuple[Param, ...] = (
     Param("target_accuracy", None, float, low=0, high=1, low_open=True, nullable=True,
           doc="test accuracy whose first crossing gives time_to_accuracy_s (required in a sweep)"),
     Param("max_steps_per_epoch", None, int, low=1, nullable=True, doc="cap on steps per epoch (null: all)"),
+    Param("eval_every_steps", None, int, low=1, nullable=True,
+          doc="while the target is not reached, evaluate on the whole test set every this many steps, so "
+              "time_to_accuracy_s has the resolution of a few steps (evaluation time is not training time); "
+              "null: a tenth of an epoch's steps, rounded up. Every epoch also ends with an evaluation"),
     Param("min_compress_numel", 1024, int, low=0, doc="smaller tensors travel uncompressed in one fp32 all_reduce"),
     Param("overlap", True, bool,
           doc="hooks return their futures unwaited, so DDP overlaps communication with backward; false: each "
@@ -115,6 +119,8 @@ TRIAL_KEYS: tuple[str, ...] = ("compressor", "compressor_params", "algorithm", "
 FP32 = "fp32"
 SIXTEEN_BIT = ("fp16", "bf16")
 BASELINES = (FP32, SIXTEEN_BIT[0])
+# Settings that exist for the tests: kept in the trial records, left out of the results' tables.
+TEST_HOOKS = ("fail_at_epoch", "force_nan_at_step")
 
 
 def param(name: str) -> Param:

@@ -25,7 +25,7 @@ Every problem is a SweepFileError ``FILE:LINE: message`` naming the key, raised
 before Ray is started (this module never imports Ray).
 
 A trial is a flat dict: ``name`` (its label, orchestrator.study.labels: compressor,
-the parameters written in its entry, the axes that vary, num_workers, seed),
+the parameters and settings that tell it from the others, num_workers, seed),
 ``trial_id`` (a hash of the settings, stable across runs so ``--resume``
 recognises finished trials) and every setting of ``settings.TRIAL_KEYS``;
 ``compressor_params`` is a dict of the compressor's own parameters (its
@@ -51,7 +51,7 @@ import yaml
 from compressors.core.params import Param, short_repr
 
 from . import settings as schema
-from .labels import config_label
+from .labels import config_labels
 
 __all__ = ["SweepFileError", "Sweep", "load_sweep", "settings_of", "trial_id_of"]
 
@@ -383,8 +383,6 @@ def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], 
             entries: list[_Entry], lines: dict[str, int]) -> list[dict[str, Any]]:
     """The grid's trials; ``lines``: where each workload setting and axis was written."""
     top_algorithms = axes.pop("algorithm", [])
-    # Axes with several values go into every name (an entry's own choices go in its part).
-    named_axes = [key for key, values in axes.items() if len(values) > 1 and key not in ("num_workers", "seed")]
     trials, seen = [], set()
     for entry in entries:
         param_axes = list(entry.params.items())
@@ -425,8 +423,7 @@ def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], 
                         if trial_id in seen:  # a baseline also listed, an axis a compressor ignores
                             continue
                         seen.add(trial_id)
-                        shown = [*given, *(["algorithm"] if algorithms else []), *overrides,
-                                 *(k for k in named_axes if k not in overrides), "num_workers", "seed"]
-                        name = config_label({**settings, **params}, shown)
-                        trials.append({"name": name, "trial_id": trial_id, **settings})
-    return trials
+                        trials.append({"trial_id": trial_id, **settings})
+    names = config_labels([{**t, **t["compressor_params"]} for t in trials], schema.TRIAL_KEYS,
+                          extra=("num_workers", "seed"))
+    return [{"name": name, **trial} for name, trial in zip(names, trials)]

@@ -3,8 +3,10 @@
 ``train(config, report)`` builds the workload, wraps the model in DDP and
 attaches the compressor as its communication hook (fp32 over allreduce, the
 baseline, is plain DDP: no hook), trains, evaluates on the whole test set
-after every epoch, and calls ``report(metrics)`` with the epoch's columns
-(orchestrator.study.columns.EPOCH, each reduced over steps and ranks as it is declared there).  It runs three ways with the same code:
+after every epoch (and every ``eval_every_steps`` steps until the target is
+reached, for the step of the first crossing), and calls ``report(metrics)``
+with the epoch's columns (orchestrator.study.columns.EPOCH, each reduced over
+steps and ranks as it is declared there). It runs three ways with the same code:
 
 - in-process, one worker: ``python -m orchestrator.study.train_loop --compressor qsgd --compressor_params '{bits: 4}'``
 - under torchrun: ``torchrun --nproc-per-node 2 -m orchestrator.study.train_loop --compressor qsgd``
@@ -35,7 +37,7 @@ from compressors import ddp
 from compressors.comm.stats import StepStats
 from compressors.ddp.step_clock import StepClock
 
-from . import columns, env_info, settings
+from . import columns, env_info, settings, stability
 
 Report = Callable[[dict[str, Any]], None]
 EVAL_BATCH = 1000
@@ -138,6 +140,11 @@ def _evaluate(model: torch.nn.Module, test: workloads.Split, rank: int, world: i
     return correct / len(test.y), loss_sum / len(test.y)
 
 
+def _constant_accuracy(test: workloads.Split) -> float:
+    """The test accuracy of always predicting the most frequent class: what chance means here."""
+    return float(torch.bincount(test.y).max()) / len(test.y)
+
+
 def train(config: dict[str, Any], report: Report | None = None, threads: int | None = None) -> dict[str, Any]:
     """Train one configuration; returns ``{status, reason, model_summary, final, history}``.
 
@@ -186,8 +193,9 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
     samples_per_epoch = math.ceil(len(data.train.y) / world)
 
     history: list[dict[str, Any]] = []
-    status, reason, train_time, reached_at = "ok", None, 0.0, None
+    status, reason, train_time, reached_at, reached_step = "ok", None, 0.0, None, None
     global_step = 0
+    target = config["target_accuracy"]
     for epoch_number in range(1, config["epochs"] + 1):
         if config["fail_at_epoch"] == epoch_number:
             raise RuntimeError(f"fail_at_epoch={epoch_number}: failing on purpose")
@@ -198,6 +206,7 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
         steps = math.ceil(samples_per_epoch / config["batch_size"])
         if config["max_steps_per_epoch"]:
             steps = min(steps, config["max_steps_per_epoch"])
+        every = config["eval_every_steps"] or math.ceil(steps / 10)
         step_times, exposed, loss_sum, samples = [], [], 0.0, 0
         first_stat = len(hook.history)
         ticks = env_info.cpu_ticks()
@@ -223,6 +232,11 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             loss_sum += float(loss.detach()) * len(batch)
             samples += len(batch)
             global_step += 1
+            if target is not None and reached_at is None and global_step % every == 0 and step + 1 < steps:
+                (elapsed,) = aggregate([math.fsum(step_times)], "max")  # the slowest rank's, as train_time_s
+                accuracy, _ = _evaluate(model, data.test, rank, world, device, aggregate)
+                if accuracy >= target:
+                    reached_at, reached_step = train_time + elapsed, global_step
         stats = hook.history[first_stat:]
         end_ticks = env_info.cpu_ticks()
         # Per step: its time, compute = time - exposed communication, and the hook's own phases.
@@ -232,7 +246,7 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             "encode_s": [s.encode_s for s in stats], "comm_s": [s.comm_s for s in stats],
             "decode_s": [s.decode_s for s in stats], "bytes_sent": [s.bytes_sent for s in stats],
         }
-        local = {name: columns.over_steps(name, values) for name, values in per_step.items()}
+        local = columns.over_steps(per_step)
         local["cpu_steal_share"] = env_info.steal_share(ticks, end_ticks)
         local["cpu_idle_share"] = env_info.idle_share(ticks, end_ticks)
         epoch = {**columns.reduce_over_ranks(local, aggregate), "epoch": epoch_number}
@@ -241,8 +255,8 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
         loss_sum, samples = aggregate([loss_sum, float(samples)], "sum")
         train_loss = loss_sum / max(samples, 1)
         accuracy, test_loss = _evaluate(model, data.test, rank, world, device, aggregate)
-        if reached_at is None and config["target_accuracy"] is not None and accuracy >= config["target_accuracy"]:
-            reached_at = train_time
+        if reached_at is None and target is not None and accuracy >= target:
+            reached_at, reached_step = train_time, global_step
         # The last step's update may overflow after its (finite) loss was taken: check what it left.
         finite_params = bool(torch.stack([torch.isfinite(p).all() for p in params]).all())
         (finite_params,) = aggregate([float(finite_params)], "min")
@@ -255,11 +269,15 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             "train_time_s": train_time, "test_accuracy": accuracy, "test_loss": test_loss, "train_loss": train_loss,
             "samples_per_s": samples / max(epoch_time, 1e-12),
             "compression_ratio": accounting.compression_ratio(grad_numel, world, epoch["bytes_sent"]),
-            "time_to_accuracy_s": reached_at,
+            "time_to_accuracy_s": reached_at, "steps_to_target": reached_step,
             "status": "running" if status == "ok" and epoch_number < config["epochs"] else status,
         })
         metrics = {c.name: epoch[c.name] for c in columns.EPOCH}
         history.append(metrics)
+        if status == "ok" and epoch_number == config["epochs"]:
+            reason = stability.unstable_reason(history, _constant_accuracy(data.test))
+            if reason is not None:
+                status = metrics["status"] = "unstable"
         if report is not None:
             report(metrics)
         if status == "diverged":
@@ -317,7 +335,9 @@ def main(argv: list[str] | None = None) -> None:
         if not dist.is_initialized() or dist.get_rank() == 0:
             print(f"epoch {m['epoch']}: test_accuracy {m['test_accuracy']:.4f}  train_loss {m['train_loss']:.4f}  "
                   f"train_time_s {m['train_time_s']:.2f}  step_time_s {m['step_time_s']:.4f}  "
-                  f"bytes_sent {m['bytes_sent']:.0f}", flush=True)
+                  f"bytes_sent {m['bytes_sent']:.0f}"
+                  + (f"  steps_to_target {m['steps_to_target']}" if m["steps_to_target"] is not None else ""),
+                  flush=True)
     result = train(args["config"], report=show)
     if not dist.is_initialized() or dist.get_rank() == 0:
         s = result["model_summary"]

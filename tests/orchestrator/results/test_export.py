@@ -32,8 +32,8 @@ PLAN = {
     "qsgd": (5.0, 0.005, {0: [0.80, 0.91], 1: [0.80, 0.91]}),
     "onebit": (4.0, 0.004, {0: [0.50, 0.60], 1: [0.50, 0.60]}),  # never reaches the target
 }
-FAILED = ("onebit", 2, 1)  # (compressor, num_workers, seed) of the trial that raised
-DIVERGED = ("onebit", 2, 0)
+FAILED = ("onebit", 1, 1)  # (compressor, num_workers, seed) of the trial that raised
+DIVERGED = ("onebit", 1, 0)
 
 
 def history(compressor: str, seed: int, target: float) -> list[dict]:
@@ -102,21 +102,32 @@ def test_accuracy_columns(trials):
     assert pick(trials, "fp32", 1, 0).accuracy_delta == pytest.approx(0.92 - 0.93)
 
 
-def test_fp32_speedup_is_exactly_one(trials):
-    fp32 = trials[trials.compressor == "fp32"]
+def test_fp32_speedup_is_exactly_one_where_there_is_communication(trials):
+    fp32 = trials[(trials.compressor == "fp32") & (trials.num_workers == 2)]
     assert (fp32.speedup_vs_fp32 == 1.0).all()
     assert (fp32.speedup_basis == "time_to_accuracy").all()
-    assert (trials[trials.compressor == "fp16"].speedup_vs_16bit == 1.0).all()
+    fp16 = trials[(trials.compressor == "fp16") & (trials.num_workers == 2)]
+    assert (fp16.speedup_vs_16bit == 1.0).all()
+
+
+def test_one_worker_gets_an_overhead_not_a_speedup(trials):
+    one = trials[trials.num_workers == 1]
+    assert one.speedup_vs_fp32.isna().all() and one.speedup_vs_16bit.isna().all()
+    assert one.speedup_basis.isna().all()
+    ok = one[one.status == "ok"].set_index(["compressor", "seed"]).overhead_vs_fp32
+    assert ok["fp32"].tolist() == [1.0, 1.0]
+    assert ok["qsgd", 0] == pytest.approx(0.005 / 0.010)  # a slower codec would be > 1
+    assert trials[trials.num_workers == 2].overhead_vs_fp32.isna().all()
 
 
 def test_speedup_uses_time_to_accuracy_or_falls_back_to_step_time(trials):
-    qsgd = pick(trials, "qsgd", 1, 0)
-    assert qsgd.time_to_accuracy_s == 10.0
+    qsgd = pick(trials, "qsgd", 2, 0)
+    assert qsgd.time_to_accuracy_s == 10.0 and qsgd.steps_to_target == 2000
     assert qsgd.speedup_vs_fp32 == pytest.approx(20.0 / 10.0)
     assert qsgd.speedup_basis == "time_to_accuracy"
     assert qsgd.speedup_vs_16bit == pytest.approx(8.0 / 10.0)
-    onebit = pick(trials, "onebit", 1, 0)
-    assert math.isnan(onebit.time_to_accuracy_s)
+    onebit = pick(trials, "onebit", 2, 0)
+    assert math.isnan(onebit.time_to_accuracy_s) and math.isnan(onebit.steps_to_target)
     assert onebit.speedup_vs_fp32 == pytest.approx(0.010 / 0.004)
     assert onebit.speedup_basis == "step_time"
     assert onebit.speedup_vs_16bit_basis == "step_time"
@@ -147,8 +158,11 @@ def test_summary_shows_mean_and_spread_over_seeds_and_failures(results):
     spread = statistics.stdev([0.92, 0.94])
     assert f"0.9300 ± {spread:.4f} (n=2)" in fp32_row
     assert "20.0 ± 0.0 (n=2)" in fp32_row  # time to accuracy
-    assert "1.00x ± 0.00 (n=2)" in fp32_row
-    assert "w=1 accuracy" in summary and "w=2 speedup vs fp32" in summary
+    assert fp32_row.count("1.00x ± 0.00 (n=2)") == 2  # overhead at 1 worker, speedup at 2
+    assert summary.startswith("# e\n")  # the sweep's name
+    assert "w=1 accuracy" in summary and "w=2 speedup vs fp32" in summary and "w=1 overhead vs fp32" in summary
+    assert "w=1 speedup" not in summary
+    assert "![accuracy change against speedup](plots/answer.png)" in summary
     assert "RuntimeError: boom at epoch 2" in summary
     assert "train loss became nan in epoch 2" in summary
     onebit_row = next(line for line in summary.splitlines() if line.startswith("| onebit"))
@@ -156,7 +170,8 @@ def test_summary_shows_mean_and_spread_over_seeds_and_failures(results):
 
 
 def test_plots_are_png_files(results):
-    for name in ("accuracy_vs_time.png", "speedup_vs_workers.png", "step_time_breakdown.png"):
+    for name in ("answer.png", "accuracy_vs_time.png", "bytes_sent.png", "speedup_vs_workers.png",
+                 "step_time_breakdown.png"):
         data = (results / "plots" / name).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 5000
 
@@ -210,7 +225,8 @@ def test_a_bandwidth_sweep_gets_a_speedup_against_bandwidth_plot(tmp_path, monke
     records = []
     for rate, fp32_s, qsgd_s in (("100mbit", 4.0, 1.0), ("1gbit", 1.0, 0.8)):
         for compressor, step_s in (("fp32", fp32_s), ("qsgd", qsgd_s)):
-            row = record(compressor, 0, epochs(step_s * 10, step_s, [0.5, 0.6], 0.9))
+            row = record(compressor, 0, epochs(step_s * 10, step_s, [0.5, 0.6], 0.9), workers=2,
+                         algorithm="allreduce" if compressor == "fp32" else "sra")
             row["settings"]["bandwidth"] = rate
             row["trial_id"] = row["name"] = f"{compressor}-{rate}"
             records.append(row)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.results.summary import summary_markdown
-from orchestrator.results.tables import trials_table, varying_settings
+from orchestrator.results.tables import settings_columns, trials_table
 from orchestrator.study.settings import FP32, SIXTEEN_BIT
 from tests.helpers import epochs, record
 
@@ -17,14 +17,14 @@ from tests.helpers import epochs, record
 @pytest.fixture(scope="module")
 def direct() -> pd.DataFrame:
     qsgd = {"params": {"bits": 4, "bucket": 512}, "algorithm": "sra"}
-    records = [
-        record("fp32", 0, epochs(10.0, 0.010, [0.85, 0.92], 0.9)),  # reaches 0.9 at 20 s
-        record("fp32", 1, epochs(12.0, 0.012, [0.85, 0.96], 0.9)),  # at 24 s
-        record("fp32", 0, epochs(100.0, 0.1, [0.95, 0.95], 0.9), lr=0.05),  # another workload
-        record("bf16", 0, epochs(8.0, 0.008, [0.91, 0.93], 0.9)),  # the 16-bit baseline: no fp16 trials
-        record("qsgd", 0, epochs(5.0, 0.005, [0.80, 0.91], 0.9), **qsgd),  # at 10 s
-        record("qsgd", 2, epochs(6.0, 0.006, [0.80, 0.50], 0.9), **qsgd),  # never; no baseline of seed 2
-        record("qsgd", 0, epochs(5.0, 0.005, [0.80, 0.91], 0.9), workers=2, **qsgd),  # no baseline at 2 workers
+    records = [  # two workers: speedups exist only where something is communicated
+        record("fp32", 0, epochs(10.0, 0.010, [0.85, 0.92], 0.9), workers=2),  # reaches 0.9 at 20 s
+        record("fp32", 1, epochs(12.0, 0.012, [0.85, 0.96], 0.9), workers=2),  # at 24 s
+        record("fp32", 0, epochs(100.0, 0.1, [0.95, 0.95], 0.9), workers=2, lr=0.05),  # another workload
+        record("bf16", 0, epochs(8.0, 0.008, [0.91, 0.93], 0.9), workers=2),  # the 16-bit baseline: no fp16 trials
+        record("qsgd", 0, epochs(5.0, 0.005, [0.80, 0.91], 0.9), workers=2, **qsgd),  # at 10 s
+        record("qsgd", 2, epochs(6.0, 0.006, [0.80, 0.50], 0.9), workers=2, **qsgd),  # never; no baseline of seed 2
+        record("qsgd", 0, epochs(5.0, 0.005, [0.80, 0.91], 0.9), workers=4, **qsgd),  # no baseline at 4 workers
     ]
     return trials_table(records).set_index("name")
 
@@ -35,30 +35,30 @@ def test_baseline_names_are_defined_once():
 
 def test_compressor_params_become_columns_and_rows_start_with_the_baselines(direct):
     assert list(direct.compressor) == ["fp32", "fp32", "fp32", "bf16", "qsgd", "qsgd", "qsgd"]
-    assert direct.loc["qsgd-lr0.1-w1-s0", "bits"] == 4 and direct.loc["qsgd-lr0.1-w1-s0", "bucket"] == 512
-    assert direct.loc["fp32-lr0.1-w1-s0", ["bits", "bucket"]].isna().all()
+    assert direct.loc["qsgd-lr0.1-w2-s0", "bits"] == 4 and direct.loc["qsgd-lr0.1-w2-s0", "bucket"] == 512
+    assert direct.loc["fp32-lr0.1-w2-s0", ["bits", "bucket"]].isna().all()
     assert "compressor_params" not in direct.columns
 
 
 def test_speedup_and_delta_against_the_same_seed_else_the_mean_over_seeds(direct):
-    same_seed = direct.loc["qsgd-lr0.1-w1-s0"]
+    same_seed = direct.loc["qsgd-lr0.1-w2-s0"]
     assert same_seed.speedup_vs_fp32 == pytest.approx(20.0 / 10.0)
     assert same_seed.speedup_basis == "time_to_accuracy"
     assert same_seed.accuracy_delta == pytest.approx(0.91 - (0.92 + 0.96) / 2)  # not the lr=0.05 trial
-    other_seeds = direct.loc["qsgd-lr0.1-w1-s2"]
+    other_seeds = direct.loc["qsgd-lr0.1-w2-s2"]
     assert other_seeds.speedup_vs_fp32 == pytest.approx((0.010 + 0.012) / 2 / 0.006)
     assert other_seeds.speedup_basis == "step_time"
     assert other_seeds.accuracy_delta == pytest.approx(0.50 - (0.92 + 0.96) / 2)
-    alone = direct.loc["qsgd-lr0.1-w2-s0"]
+    alone = direct.loc["qsgd-lr0.1-w4-s0"]
     assert pd.isna(alone[["speedup_vs_fp32", "speedup_basis", "accuracy_delta"]]).all()
     assert (direct[direct.compressor == "fp32"].speedup_vs_fp32 == 1.0).all()
 
 
 def test_the_16bit_baseline_is_bf16_where_there_is_no_fp16(direct):
-    assert direct.loc["bf16-lr0.1-w1-s0", "speedup_vs_16bit"] == 1.0
-    assert direct.loc["qsgd-lr0.1-w1-s0", "speedup_vs_16bit"] == pytest.approx(8.0 / 10.0)
-    assert direct.loc["qsgd-lr0.1-w1-s2", "speedup_vs_16bit"] == pytest.approx(0.008 / 0.006)
-    assert direct.loc["qsgd-lr0.1-w1-s2", "speedup_vs_16bit_basis"] == "step_time"
+    assert direct.loc["bf16-lr0.1-w2-s0", "speedup_vs_16bit"] == 1.0
+    assert direct.loc["qsgd-lr0.1-w2-s0", "speedup_vs_16bit"] == pytest.approx(8.0 / 10.0)
+    assert direct.loc["qsgd-lr0.1-w2-s2", "speedup_vs_16bit"] == pytest.approx(0.008 / 0.006)
+    assert direct.loc["qsgd-lr0.1-w2-s2", "speedup_vs_16bit_basis"] == "step_time"
 
 
 def test_summary_labels_configurations_in_the_one_label_format(direct):
@@ -66,12 +66,11 @@ def test_summary_labels_configurations_in_the_one_label_format(direct):
     papers, steps = text.split("## Where a step's time went")
     lines = papers.splitlines()
     rows = [line.split(" | ")[0].removeprefix("| ") for line in lines if line.startswith("| ")][1:]
-    assert rows == ["fp32 lr=0.05", "fp32 lr=0.1",
-                    "bf16 lr=0.1", "qsgd bits=4 bucket=512 lr=0.1"]
+    assert rows == ["fp32 lr=0.05", "fp32 lr=0.1", "bf16 lr=0.1", "qsgd lr=0.1"]  # defaults left out
     # the step-time table: ms, step = compute + exposed comm; fp32 lr=0.1 averages its 10 and 12 ms seeds
-    assert "| fp32 lr=0.1 num_workers=1 | 11.00 | 8.25 | 2.75 | 1.38 | 5.50 | 1.38 |" in steps
+    assert "| fp32 lr=0.1 num_workers=2 | 11.00 | 8.25 | 2.75 | 1.38 | 5.50 | 1.38 |" in steps
     qsgd = next(line for line in lines if line.startswith("| qsgd"))
-    # w=1: seeds 0 and 2 (one reached the target; one speedup compared step times); w=2: one trial
+    # w=2: seeds 0 and 2 (one reached the target; one speedup compared step times); w=4: one trial
     assert f"0.7050 ± {statistics.stdev([0.91, 0.50]):.4f} (n=2)" in qsgd
     assert "10.0 (n=1) (1/2 reached)" in qsgd
     assert "0.9100 (n=1) | 10.0 (n=1) | – |" in qsgd
@@ -84,7 +83,7 @@ def test_the_predicted_step_time_is_a_result_never_a_setting(direct):
     trials = direct.reset_index()
     assert trials["predicted_step_time_s"].isna().all()
     trials["predicted_step_time_s"] = [0.01 * i for i in range(len(trials))]
-    assert "predicted_step_time_s" not in varying_settings(trials)
+    assert "predicted_step_time_s" not in settings_columns(trials)
     assert summary_markdown(trials, "direct") == summary_markdown(direct.reset_index(), "direct")
 
 
@@ -94,9 +93,8 @@ def test_step_time_table_is_milliseconds_per_configuration_and_worker_count(dire
     bars = step_time_table(direct.reset_index())
     assert list(bars.columns) == ["step_time", "compute", "exposed_comm", "encode", "comm", "decode"]
     assert list(bars.index) == [
-        "fp32 lr=0.05 num_workers=1", "fp32 lr=0.1 num_workers=1",
-        "bf16 lr=0.1 num_workers=1", "qsgd bits=4 bucket=512 lr=0.1 num_workers=1",
-        "qsgd bits=4 bucket=512 lr=0.1 num_workers=2"]
+        "fp32 lr=0.05 num_workers=2", "fp32 lr=0.1 num_workers=2",
+        "bf16 lr=0.1 num_workers=2", "qsgd lr=0.1 num_workers=2", "qsgd lr=0.1 num_workers=4"]
     # fp32 at lr=0.1: seeds with 10 ms and 12 ms steps, three quarters of each in compute
-    assert bars.loc["fp32 lr=0.1 num_workers=1", "compute"] == pytest.approx(8.25)
+    assert bars.loc["fp32 lr=0.1 num_workers=2", "compute"] == pytest.approx(8.25)
     assert bars[["compute", "exposed_comm"]].sum(axis=1).iloc[-1] == pytest.approx(bars["step_time"].iloc[-1])

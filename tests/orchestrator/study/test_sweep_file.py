@@ -118,7 +118,7 @@ def test_trial_names_are_readable_and_ids_stable(tmp_path):
     second = load_sweep(write(tmp_path, reordered, "b.yaml")).trials
     assert [t["trial_id"] for t in first] == [t["trial_id"] for t in second]
     names = [t["name"] for t in first]
-    assert "qsgd bits=4 bucket=512 num_workers=2 seed=0" in names
+    assert "qsgd bits=4 num_workers=2 seed=0" in names  # bits varies; bucket is qsgd's default
     assert "onebit fail_at_epoch=1 num_workers=1 seed=0" in names
     assert len(set(names)) == len(names) == 6
     for trial in first:
@@ -127,6 +127,23 @@ def test_trial_names_are_readable_and_ids_stable(tmp_path):
     # a different setting gives a different id
     lr_changed = load_sweep(write(tmp_path, text.replace("epochs: 1", "epochs: 2"), "c.yaml")).trials
     assert not {t["trial_id"] for t in first} & {t["trial_id"] for t in lr_changed}
+
+
+def test_labels_show_only_what_differs_from_the_defaults_or_varies_and_are_the_same_everywhere(tmp_path):
+    import pandas as pd
+
+    from orchestrator.results.tables import config_labels, trials_table
+    from orchestrator.study.records import make_record
+
+    text = study("""\
+        sweep:
+          compressor: [{name: powersgd, matrix_rank: 2}, {name: adaptive, pi: [0.01, 0.05]}, dynamic8]
+        """)
+    trials = load_sweep(write(tmp_path, text)).trials
+    names = [t["name"].removesuffix(" num_workers=1 seed=0") for t in trials]
+    assert names == ["fp32", "fp16", "powersgd matrix_rank=2", "adaptive pi=0.01", "adaptive pi=0.05", "dynamic8"]
+    table = trials_table([make_record(t, "ok", None, []) for t in trials])
+    assert sorted(config_labels(table)) == sorted(names)  # the tables and plots write what the log wrote
 
 
 def test_trials_carry_every_training_setting(tmp_path):

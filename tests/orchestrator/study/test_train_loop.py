@@ -158,6 +158,65 @@ def test_a_non_finite_update_on_the_last_step_marks_the_trial_diverged():
     assert result["reason"] == "test loss became nan in epoch 1"
 
 
+def _scripted_accuracies(monkeypatch, accuracies: list[float]) -> list[int]:
+    """Make the loop's evaluations return ``accuracies`` in turn; returns the list of steps evaluated at."""
+    from orchestrator.study import train_loop
+
+    steps: list[int] = []
+    script = iter(accuracies)
+    clock = train_loop.StepClock  # the steps run so far: one StepClock.start per step
+
+    class Counting(clock):
+        started = -1  # its constructor starts it once before the first step
+
+        def start(self) -> None:
+            Counting.started += 1
+            super().start()
+
+    monkeypatch.setattr(train_loop, "StepClock", Counting)
+
+    def evaluate(*args, **kwargs):
+        steps.append(Counting.started)
+        return next(script), 0.5
+
+    monkeypatch.setattr(train_loop, "_evaluate", evaluate)
+    return steps
+
+
+def test_the_target_is_found_at_the_step_of_the_first_crossing(monkeypatch):
+    evaluated = _scripted_accuracies(monkeypatch, [0.5, 0.8, 0.95, 0.96, 0.97])
+    result = train({**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 20, "eval_every_steps": 5,
+                    "target_accuracy": 0.9})
+    # every 5 steps until the crossing at step 15, then only at the ends of the epochs
+    assert evaluated == [5, 10, 15, 20, 40]
+    first, second = result["history"]
+    assert first["steps_to_target"] == second["steps_to_target"] == 15
+    assert 0 < first["time_to_accuracy_s"] < first["train_time_s"]  # three quarters of the epoch's steps
+    assert second["time_to_accuracy_s"] == first["time_to_accuracy_s"]
+
+
+def test_the_default_evaluates_ten_times_an_epoch_and_not_at_all_without_a_target(monkeypatch):
+    evaluated = _scripted_accuracies(monkeypatch, [0.1] * 11)
+    result = train({**SMALL_MLP, "epochs": 1, "max_steps_per_epoch": 20, "target_accuracy": 0.9})
+    assert evaluated == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20]
+    assert result["final"]["steps_to_target"] is None and result["final"]["time_to_accuracy_s"] is None
+    evaluated = _scripted_accuracies(monkeypatch, [0.1])
+    train({**SMALL_MLP, "epochs": 1, "max_steps_per_epoch": 20})
+    assert evaluated == [20]
+
+
+def test_training_that_collapses_without_a_nan_ends_unstable(monkeypatch):
+    # the accuracy of a run that learned, then fell back to chance (MNIST: about 0.11 for a constant guess)
+    _scripted_accuracies(monkeypatch, [0.8, 0.5, 0.12])
+    reports = []
+    result = train({**SMALL_MLP, "epochs": 3, "max_steps_per_epoch": 2, "eval_every_steps": 100},
+                   report=reports.append)
+    assert result["status"] == "unstable" == reports[-1]["status"]
+    assert [r["status"] for r in reports[:-1]] == ["running", "running"]
+    assert result["reason"].startswith("the test accuracy fell to 0.1200, where always predicting the most "
+                                       "frequent class scores 0.")
+
+
 # ---------------------------------------------------------------- the command line
 
 
