@@ -106,6 +106,8 @@ def _answer(plt, trials, colours, workers):
             ax.errorbar(group["x"].mean(), group["y"].mean(), xerr=xerr, yerr=yerr, fmt="o", markersize=7,
                         color=colours[label], markerfacecolor=colours[label] if reached else "none",
                         capsize=3, label=label)
+            ax.annotate(label, (group["x"].mean(), group["y"].mean()), xytext=(5, 4), textcoords="offset points",
+                        fontsize=7, color=colours[label])
         ax.axvline(1.0, color="grey", linestyle="--", linewidth=0.8)
         ax.axhline(0.0, color="grey", linestyle="--", linewidth=0.8)
         if w == 1:

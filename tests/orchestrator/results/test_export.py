@@ -244,3 +244,31 @@ def test_a_bandwidth_sweep_gets_a_speedup_against_bandwidth_plot(tmp_path, monke
         name for ax in axes for name in ax.get_legend_handles_labels()[1]))
     plots.write_plots(trials.reset_index(), pd.read_csv(tmp_path / "history.csv"), tmp_path / "again")
     assert "fp32" in drawn and "qsgd" in drawn  # one line per configuration, bandwidth not in its name
+
+
+# ---------------------------------------------------------------- what the tables say of the study
+
+
+def test_the_summary_is_titled_with_the_sweep_and_names_the_study(tmp_path):
+    for compressor in ("fp32", "qsgd"):
+        row = record(compressor, 0, epochs(1.0, 0.01, [0.5, 0.95], 0.9), workers=2)
+        row["settings"]["fail_at_epoch"] = None  # a test hook: kept in the record, not in the tables
+        row["link"] = {"hosts": 2, "bandwidth": "100mbit", "calibrated_bps": None, "calibrated_latency_s": None}
+        write_record(tmp_path / "folder", row)
+    (tmp_path / "folder" / "sweep.yaml").write_text("name: the-study\n")
+    export(tmp_path / "folder")
+    summary = (tmp_path / "folder" / "summary.md").read_text()
+    assert summary.startswith("# the-study\n\n2 workers; links 100mbit (emulated).\n")
+    trials = pd.read_csv(tmp_path / "folder" / "trials.csv")
+    assert trials.bandwidth.tolist() == ["100mbit", "100mbit"]  # the cluster's links, joined with --address
+    assert "fail_at_epoch" not in trials and "force_nan_at_step" not in trials
+    assert "fail_at_epoch" in read_records(tmp_path / "folder")[0]["settings"]
+
+
+def test_every_row_of_the_step_table_adds_up_as_printed(results):
+    summary = (results / "summary.md").read_text()
+    rows = summary.split("## Where a step's time went")[1].split("## Trials")[0]
+    cells = [line.split(" | ")[1:4] for line in rows.splitlines() if line.startswith("| ") and "step |" not in line]
+    assert len(cells) == 7  # four configurations at 2 workers, three at 1 (onebit's failed or diverged)
+    for step, compute, exposed in cells:
+        assert f"{float(compute) + float(exposed):.2f}" == step
