@@ -9,11 +9,15 @@
     export RESULTS                 rebuild tables and plots from the per-trial records
     predict RESULTS --bandwidth RATE --num_workers N [--latency 5us] [--overlap true|false]
                     [--compute_scale X]
-                                   each configuration's step time and speedups on another
-                                   cluster, from the folder's one-worker trials (performance
-                                   model: orchestrator.predict.perfmodel); writes RESULTS/predictions.csv
-    advise RESULTS ... (as predict)
-                                   the configuration that pays most there, and why, or none
+                                   each configuration's step time, speedups and accuracy change
+                                   on another cluster, from the folder's one-worker trials
+                                   (performance model: orchestrator.predict.perfmodel); caches what
+                                   it measures here in RESULTS/predict_cache/, writes RESULTS/
+                                   predictions/<bandwidth>_<N>w_<latency>_overlap-<true|false>_x<X>.csv
+    advise RESULTS ... (as predict) [--max_accuracy_loss 0.5]
+                                   the configuration that pays most there among those that reached
+                                   the target within that many points of fp32's accuracy, and why,
+                                   or none; what it left out and why; writes the file predict writes
     cluster up --hosts N --bandwidth RATE [--prefix P] [--subnet S] [--no_ray]
                                    an emulated cluster on this machine (root): N network
                                    namespaces with links shaped to RATE (100mbit, 1gbit),
@@ -66,8 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("sweep", type=Path)
     run.add_argument("--address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
     run.add_argument("--results", type=Path, default=None,
-                     help="the sweep's results folder (default: results/<sweep name>); absolute under "
-                          "`ray job submit`")
+                     help="the sweep's results folder (default: results/<sweep name>); under `ray job submit` "
+                          "required, as an absolute path on the node the job's driver runs on")
     run.add_argument("--resume", action="store_true", help="run only the trials without a record")
     run.add_argument("--dry_run", action="store_true", help="list the trials, start nothing")
     run.add_argument("--max_concurrent_trials", type=int, metavar="N",
@@ -86,6 +90,10 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--compute_scale", type=float, default=1.0,
                          help="the target's compute, encode and decode time against the machine that ran "
                               "the one-worker trials (2: half as fast; default 1)")
+        if command == "advise":
+            sub.add_argument("--max_accuracy_loss", type=float, default=0.5, metavar="POINTS",
+                             help="recommend only configurations that reached the target with an accuracy at most "
+                                  "this many percentage points below fp32's (default 0.5)")
     cluster = commands.add_parser("cluster", help="an emulated cluster on this machine (root)")
     actions = cluster.add_subparsers(dest="action", required=True)
     from .cluster.emulation import DEFAULT_PREFIX, DEFAULT_SUBNET
@@ -178,6 +186,10 @@ def _predict(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.compute_scale) and args.compute_scale > 0):
         print(f"error: --compute_scale must be a number in (0, inf), got {args.compute_scale}", file=sys.stderr)
         return 2
+    loss = getattr(args, "max_accuracy_loss", 0.0)  # advise's only
+    if not (math.isfinite(loss) and loss >= 0):
+        print(f"error: --max_accuracy_loss must be a number of points in [0, inf), got {loss}", file=sys.stderr)
+        return 2
     try:
         latency = predictor.latency_s(args.latency)
     except ValueError as error:
@@ -186,25 +198,30 @@ def _predict(args: argparse.Namespace) -> int:
     if not (args.results / "trials.csv").is_file():
         print(f"error: {args.results} has no trials.csv (a results folder of `lowprec run`)", file=sys.stderr)
         return 2
+    overlap = args.overlap == "true"
     try:
         table, notes = predictor.predict(args.results, rate_bps(args.bandwidth), args.num_workers, latency,
-                                       overlap=args.overlap == "true", compute_scale=args.compute_scale)
-    except ValueError as error:
+                                         overlap=overlap, compute_scale=args.compute_scale)
+    except (OSError, ValueError) as error:  # OSError: the model's data could not be read here
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(f"{args.num_workers} workers, {args.bandwidth} links, {args.latency} latency, overlap {args.overlap}, "
           f"compute x{args.compute_scale:g} (orchestrator.predict.perfmodel)")
     shown = table[["configuration", "predicted_step_time_s", "comm_s", "speedup_vs_fp32", "speedup_vs_16bit",
-                   "tta_speedup_vs_fp32", "break_even_bps"]]
+                   "tta_speedup_vs_fp32", "accuracy_delta_points", "reached_target", "break_even_bps"]]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     for note in notes:
-        print(f"not predicted: {note}")
+        print(note)
     if args.command == "advise":
-        print(predictor.advice(table))
-    else:
-        path = args.results / "predictions.csv"
-        table.to_csv(path, index=False)
-        print(f"saved {path}")
+        print(predictor.advice(table, loss))
+    path = predictor.predictions_path(args.results, args.bandwidth, args.num_workers, args.latency, overlap,
+                                      args.compute_scale)
+    try:
+        predictor.write_atomic(path, table.to_csv(index=False))
+    except OSError as error:
+        print(f"error: could not save the predictions in {path}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    print(f"saved {path}")
     return 0
 
 
@@ -235,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{sweep.name}: {len(sweep.trials)} trials from {sweep.path}")
         print(format_trials(sweep.trials))
         return 0
+    problem = _job_results_problem(args.results, sweep.name)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
 
     from .cluster import emulation
     from .cluster.netns import NetworkError
@@ -279,6 +300,24 @@ def main(argv: list[str] | None = None) -> int:
     export_or_warn(results)
     _print_outcome(results)
     return 1 if unfinished else 0
+
+
+def _job_results_problem(results: Path | None, name: str) -> str | None:
+    """Why ``--results`` will not do when this process is the driver of a ``ray job submit`` job, or None.
+
+    Ray (2.60) starts a job's driver in a temporary copy of ``--working-dir``, which it deletes later, and
+    marks it with ``RAY_JOB_CONFIG_JSON_ENV_VAR`` (``RAY_JOB_ID`` is taken out of a driver's environment).
+    A relative results folder, the default included, would be written into that copy.
+    """
+    if not os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):
+        return None
+    if results is None:
+        return (f"--results is required under `ray job submit`, as an absolute path: the default results/{name} "
+                f"would be written into the job's temporary copy of --working-dir, which Ray deletes")
+    if not results.is_absolute():
+        return (f"--results must be an absolute path under `ray job submit`, got {str(results)!r}: a relative one "
+                f"would be written into the job's temporary copy of --working-dir, which Ray deletes")
+    return None
 
 
 def _emulation_problem(sweep: Sweep, cluster: Any, max_concurrent_trials: int | None) -> str | None:

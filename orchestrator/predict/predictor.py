@@ -10,23 +10,31 @@ Inputs, all measured by the tool, never fitted to runs on the target:
 - exact payload sizes from the compressors (sra's chunks as ``compressors.comm.collectives`` cuts them);
 - the target link (``--bandwidth``, ``--latency``) and this machine's reduction throughput.
 
+The profile and the reduction throughput are timings, noisy from call to call: the first call
+caches them in the results folder (``predict_cache/``) and later calls reuse them, so the same
+folder and arguments give the same predictions.
+
 Encode and decode at p workers from the one-worker figures: sra encodes n + n/p elements per step
 (n + n with one worker) and decodes 2n either way; allgather encodes n and decodes p n.
-Time to accuracy: speedup x (fp32's steps to the target / the configuration's), both measured with
-the most workers in the folder. PowerSGD and trials run on GPUs are not modelled (say so, skip).
+Time to accuracy: speedup x (fp32's steps to the target / the configuration's), the trials' own
+``steps_to_target`` with the most workers in the folder (``outcomes``); where either is unknown, the
+per-step speedup. PowerSGD and trials run on GPUs are not modelled (say so, skip).
 
 ``trial_predictions`` predicts the multi-worker trials run on an emulated cluster from their
 calibrated links (the results export's ``predicted_step_time_s``, and the validation grid).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import re
 import statistics
+import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,15 +48,18 @@ import workloads
 from compressors.comm import collectives
 
 from . import perfmodel
-from ..study.labels import config_label
+from ..study.labels import config_label, config_labels
 from .profile import Profile, profile
 from ..study.records import read_records
 
 DEFAULT_BUCKET_CAP_MB = 25
+CACHE_DIR = "predict_cache"
+PREDICTIONS_DIR = "predictions"
 CAST_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
 COLUMNS = ["configuration", "compressor", "algorithm", "num_workers", "bandwidth_bps", "latency_s", "overlap",
            "compute_scale", "predicted_step_time_s", "compute_s", "comm_s", "encode_s", "decode_s", "speedup_vs_fp32",
-           "speedup_vs_16bit", "steps_ratio_vs_fp32", "tta_speedup_vs_fp32", "break_even_bps", "speedup_bound"]
+           "speedup_vs_16bit", "steps_ratio_vs_fp32", "tta_speedup_vs_fp32", "accuracy_delta_points",
+           "reached_target", "break_even_bps", "speedup_bound"]
 
 
 _LATENCY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(s|ms|us|ns)")
@@ -137,18 +148,41 @@ def baseline(configs: list[Configuration], compressor: str, workload: str) -> Co
                  and c.settings["algorithm"] == "allreduce"), None)
 
 
-def steps_to_target(trials: Trials) -> dict[tuple[str, str], float]:
-    """Per configuration, the steps to the target accuracy in its trial with the most workers
-    (time to accuracy over median step time; NaN where the target was not reached)."""
-    best: dict[tuple[str, str], tuple[int, float]] = {}
-    for record, row in trials:
-        s = record["settings"]
-        if s["num_workers"] < 2:
-            continue
-        steps = float(row["time_to_accuracy_s"]) / float(row["step_time_s"])
-        if step_key(s) not in best or s["num_workers"] > best[step_key(s)][0]:
-            best[step_key(s)] = (s["num_workers"], steps)
-    return {k: steps for k, (_, steps) in best.items()}
+@dataclass(frozen=True)
+class Outcome:
+    """What a configuration's training reached, from its trials with the most workers (seeds, repeats)."""
+    num_workers: int
+    steps: float  # mean steps_to_target; NaN: unknown (not reached by every trial, or not recorded)
+    reached: bool  # every one of those trials finished ok and reached the target
+    accuracy_points: float  # mean accuracy_delta (against fp32) in percentage points; NaN: no fp32 to compare
+    not_ok: tuple[str, ...]  # the statuses other than ok among those trials (unstable, diverged, failed)
+
+
+def outcomes(records: list[dict[str, Any]], table: pd.DataFrame) -> dict[tuple[str, str], Outcome]:
+    """Per configuration (``step_key``), its ``Outcome`` from the trials.csv rows of its trials with the most
+    workers, whatever their status: a configuration that collapsed with the most workers did not reach the
+    target, even where a trial with fewer did. Where trials.csv has no ``steps_to_target`` (a folder from
+    before that column), reaching the target is a finite ``time_to_accuracy_s`` and the steps are unknown."""
+    rows = table.set_index("trial_id")
+    counted = "steps_to_target" in table.columns
+    runs: dict[tuple[str, str], list[tuple[dict[str, Any], pd.Series]]] = {}
+    for record in records:
+        runs.setdefault(step_key(record["settings"]), []).append((record, rows.loc[record["trial_id"]]))
+    found = {}
+    for key, trials in runs.items():
+        most = max(record["settings"]["num_workers"] for record, _ in trials)
+        top = [(record, row) for record, row in trials if record["settings"]["num_workers"] == most]
+        ok = [row for record, row in top if record["status"] == "ok"]
+        not_ok = tuple(sorted({record["status"] for record, _ in top if record["status"] != "ok"}))
+        crossed = [float(row["steps_to_target"] if counted else row["time_to_accuracy_s"]) for row in ok]
+        reached = not not_ok and all(math.isfinite(v) for v in crossed)
+        deltas = [float(row.get("accuracy_delta", math.nan)) for row in ok]
+        # accuracy_delta is a share of the test set: in points, rounded where the float product leaves
+        # noise (-0.005 is 0.5 points exactly, not 0.5000000000000001) so a limit of 0.5 admits it
+        points = round(100 * statistics.fmean(deltas), 9) if ok else math.nan
+        steps = statistics.fmean(crossed) if counted and reached else math.nan
+        found[key] = Outcome(most, steps, reached, points, not_ok)
+    return found
 
 
 def reduce_bps(numel: int = 1 << 22, repeats: int = 5) -> float:
@@ -278,12 +312,79 @@ def predict_step(step: Plan, p: int, link: perfmodel.Link, reduce: float) -> dic
             "messages": messages}
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it: a reader, or a call running at the
+    same time, sees the old file or the new one, never a part. OSError where it cannot be written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _cached(path: Path, valid: Callable[[Any], Any]) -> Any:
+    """``valid(data)`` of the JSON in ``path``; None where there is none, or it is unreadable or not valid."""
+    try:
+        return valid(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def measured(results: Path, settings: dict[str, Any], prof: Profile | None = None) -> tuple[Profile, float, list[str]]:
+    """The model's step profile (of ``settings``' workload; ``prof`` where given) and this machine's reduction
+    throughput, each from ``results``/predict_cache where an earlier call left it, else measured here and
+    cached there; with a line for the user where a cache was made or could not be. What is used is what
+    the cache holds (JSON keeps a float's repr), so the first call's predictions equal the later ones'."""
+    cache = results / CACHE_DIR
+    workload = step_key(settings)[0]
+    profile_path = cache / f"profile-{hashlib.sha256(workload.encode()).hexdigest()[:16]}.json"
+    reduce_path = cache / "reduce.json"
+    made: dict[Path, str] = {}
+    if prof is None:
+        def read_profile(data: dict[str, Any]) -> Profile | None:  # a hash collision: another workload's
+            return Profile.from_json(data["profile"]) if data["workload"] == workload else None
+        prof = _cached(profile_path, read_profile)
+        if prof is None:
+            prof = profile(settings)
+            made[profile_path] = json.dumps({"workload": workload, "profile": prof.to_json()})
+    reduce = _cached(reduce_path, lambda data: float(data["reduce_bps"]))
+    if reduce is None:
+        reduce = reduce_bps()
+        made[reduce_path] = json.dumps({"reduce_bps": reduce})
+    if not made:
+        return prof, reduce, []
+    what = " and ".join(("the model's step profile" if path == profile_path else "this machine's reduction "
+                         "throughput") for path in made)
+    try:
+        for path, text in made.items():
+            write_atomic(path, text)
+    except OSError as error:
+        return prof, reduce, [f"could not cache {what} in {cache} ({error.strerror or error}): each call measures "
+                              "them again, and their noise moves the predictions"]
+    them = "them" if len(made) > 1 else "it"
+    return prof, reduce, [f"measured {what} and cached {them} in {cache}: later calls reuse {them} (delete the "
+                          "folder to measure again)"]
+
+
 def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: float, overlap: bool = True,
             compute_scale: float = 1.0, prof: Profile | None = None) -> tuple[pd.DataFrame, list[str]]:
     """Every predictable configuration of ``results`` on ``num_workers`` workers with links of
-    ``bandwidth_bps`` bits/s and ``latency_s``; the notes say what was skipped and why."""
-    trials = read_trials(results)
-    configs, notes = configurations(trials)
+    ``bandwidth_bps`` bits/s and ``latency_s``; the notes (one line each) say what was skipped and why, where
+    the steps to the target are unknown, and where the measured inputs were cached. ``prof``: the model's
+    step profile (default: ``measured``'s)."""
+    records = read_records(results)
+    csv = pd.read_csv(results / "trials.csv")
+    missing = [r["trial_id"] for r in records if r["trial_id"] not in set(csv["trial_id"])]
+    if missing:  # a run stopped between writing a record and the tables
+        raise ValueError(f"{results}: trials.csv has no row for {len(missing)} trial record(s) ({missing[0]}, ...): "
+                         f"rebuild it with `lowprec export {results}`")
+    trials = pairs(records, csv)
+    configs, skipped = configurations(trials)
+    notes = [f"not predicted: {note}" for note in skipped]
     workloads_found = {c.key[0] for c in configs}
     if len(workloads_found) > 1:
         raise ValueError(f"{results}: its one-worker trials ran {len(workloads_found)} different workloads "
@@ -292,9 +393,11 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     if fp32 is None:
         raise ValueError(f"{results}: no finished one-worker fp32 trial (plain DDP): the baseline and the "
                          "compute time come from it")
-    prof = prof or profile(fp32.settings)
-    reduce = reduce_bps()
-    steps = steps_to_target(trials)
+    prof, reduce, cache_notes = measured(results, fp32.settings, prof)
+    outcome_of = outcomes(records, csv)
+    # shown as the study's tables show them: parameters and algorithm only where not the defaults
+    label = dict(zip((c.key for c in configs),
+                     config_labels([{**c.settings, **(c.settings["compressor_params"] or {})} for c in configs], [])))
     plans = {c.key: plan(c, prof, fp32.compute_s, num_workers, overlap, DeviceScale.uniform(compute_scale))
              for c in configs}
 
@@ -308,21 +411,54 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     for config in configs:
         out = step_at(config, bandwidth_bps)
         step = out["predicted_step_time_s"]
-        ratio = steps[fp32.key] / steps[config.key] if fp32.key in steps and config.key in steps else math.nan
+        outcome = outcome_of[config.key]
+        ratio = outcome_of[fp32.key].steps / outcome.steps if outcome.steps > 0 else math.nan
         even = math.nan
         if config is not fp32:
             def faster(bps: float, c: Configuration = config) -> bool:
                 return step_at(c, bps)["predicted_step_time_s"] < step_at(fp32, bps)["predicted_step_time_s"]
             edge = perfmodel.break_even(faster, 1e6, 1e12)
             even = math.inf if edge == 1e12 else (0.0 if edge == 1e6 else edge)
-        rows.append({"configuration": config.label, "compressor": config.settings["compressor"],
+        rows.append({"configuration": label[config.key], "compressor": config.settings["compressor"],
                      "algorithm": config.settings["algorithm"], "num_workers": num_workers,
                      "bandwidth_bps": bandwidth_bps, "latency_s": latency_s, "overlap": overlap,
                      "compute_scale": compute_scale, **out,
                      "speedup_vs_fp32": base / step, "speedup_vs_16bit": half_step / step,
-                     "steps_ratio_vs_fp32": ratio, "tta_speedup_vs_fp32": base / step * ratio,
+                     # an unknown steps ratio counts as 1: the per-step speedup, and a note says so
+                     "steps_ratio_vs_fp32": ratio,
+                     "tta_speedup_vs_fp32": base / step * (ratio if math.isfinite(ratio) else 1.0),
+                     "accuracy_delta_points": outcome.accuracy_points, "reached_target": outcome.reached,
                      "break_even_bps": even, "speedup_bound": perfmodel.speedup_bound(base, fp32.compute_s)})
-    return pd.DataFrame(rows, columns=COLUMNS), notes
+    notes += _outcome_notes(configs, label, outcome_of, fp32, "steps_to_target" in csv.columns)
+    return pd.DataFrame(rows, columns=COLUMNS), notes + cache_notes
+
+
+def _outcome_notes(configs: list[Configuration], label: dict[tuple[str, str], str],
+                   outcome_of: dict[tuple[str, str], Outcome], fp32: Configuration, counted: bool) -> list[str]:
+    """Which configurations did not finish ok with the most workers, and whose steps ratio is unknown."""
+    notes = [f"{label[c.key]}: its trials with {outcome_of[c.key].num_workers} workers did not all finish ok "
+             f"({', '.join(outcome_of[c.key].not_ok)}): taken as not reaching the target"
+             for c in configs if outcome_of[c.key].not_ok]
+    per_step = "tta_speedup_vs_fp32 is the per-step speedup"
+    if not counted:
+        return notes + [f"steps to target unknown: trials.csv has no steps_to_target column (written before it "
+                        f"existed): {per_step}"]
+    if not outcome_of[fp32.key].reached:
+        return notes + [f"steps to target unknown: fp32 did not reach the target with "
+                        f"{outcome_of[fp32.key].num_workers} workers: {per_step}"]
+    unknown = [label[c.key] for c in configs if not outcome_of[c.key].reached]
+    if unknown:
+        notes.append(f"steps to target unknown for {', '.join(unknown)} (did not reach the target): their {per_step}")
+    return notes
+
+
+def predictions_path(results: Path, bandwidth: str, num_workers: int, latency: str, overlap: bool,
+                     compute_scale: float) -> Path:
+    """Where predict and advise save their table: named by their arguments (as typed, lower case), so a call
+    for another cluster keeps the file of this one, e.g. predictions/100mbit_8w_5us_overlap-true_x1.csv."""
+    scale = repr(float(compute_scale)).removesuffix(".0")  # repr: two different scales never share a name
+    name = f"{bandwidth.strip().lower()}_{num_workers}w_{latency.strip().lower()}_overlap-{str(overlap).lower()}"
+    return results / PREDICTIONS_DIR / f"{name}_x{scale}.csv"
 
 
 def emulated_compute_scale(num_workers: int, hosts: int, cpu_count: int) -> float:
@@ -389,15 +525,49 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
     return out
 
 
-def advice(table: pd.DataFrame) -> str:
-    """The best configuration for that cluster and why, or that none pays."""
-    by = "tta_speedup_vs_fp32" if table["tta_speedup_vs_fp32"].notna().any() else "speedup_vs_fp32"
-    ranked = table[table["compressor"] != "fp32"].dropna(subset=[by]).sort_values(by, ascending=False)
+def _points(value: float) -> str:
+    """Percentage points as a person writes them: 2.7, 0.25, 3."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def exclusion(row: pd.Series, max_accuracy_loss: float) -> str | None:
+    """Why advise does not recommend a configuration (a row of ``predict``'s table), or None."""
+    if not row["reached_target"]:
+        return "did not reach the target"
+    points = float(row["accuracy_delta_points"])
+    if math.isnan(points):
+        return "accuracy change vs fp32 unknown (no finished fp32 trial with as many workers)"
+    if points < -max_accuracy_loss:
+        return f"lost {_points(-points)} points (max {max_accuracy_loss:g})"
+    return None
+
+
+def advice(table: pd.DataFrame, max_accuracy_loss: float) -> str:
+    """The configuration that pays most on that cluster in time to accuracy, among those that reached the target
+    and lost at most ``max_accuracy_loss`` points of fp32's accuracy, and why; or that none pays; then, a
+    line each, the configurations left out and why."""
+    others = table[table["compressor"] != "fp32"]
+    why = {index: exclusion(row, max_accuracy_loss) for index, row in others.iterrows()}
+    ranked = others.loc[[i for i in others.index if why[i] is None]].sort_values("tta_speedup_vs_fp32",
+                                                                                 ascending=False)
     bound = float(table["speedup_bound"].iloc[0])
-    basis = "in time to accuracy" if by == "tta_speedup_vs_fp32" else "per step (no steps-to-target measured)"
-    if ranked.empty or float(ranked[by].iloc[0]) <= 1.0:
-        return (f"none pays: no configuration beats fp32 {basis} on this cluster (the bound for any "
-                f"compressor is {bound:.2f}x: fp32's exposed communication is small)")
-    best = ranked.iloc[0]
-    return (f"{best['configuration']}: {best[by]:.2f}x fp32 {basis} (per step {best['speedup_vs_fp32']:.2f}x; "
-            f"the bound for any compressor is {bound:.2f}x; it pays below {best['break_even_bps'] / 1e9:.3g} Gbit/s)")
+    within = f"reached the target within {max_accuracy_loss:g} points of fp32's accuracy"
+    if others.empty:
+        lines = ["none pays: the folder has no configuration but fp32"]
+    elif ranked.empty:
+        lines = [f"none recommended: no configuration {within}"]
+    elif float(ranked["tta_speedup_vs_fp32"].iloc[0]) <= 1.0:
+        lines = [f"none pays: no configuration that {within} beats fp32 on this cluster (the bound for any "
+                 f"compressor is {bound:.2f}x: fp32's exposed communication is small)"]
+    else:
+        best = ranked.iloc[0]
+        ratio = float(best["steps_ratio_vs_fp32"])
+        speed = (f"{best['tta_speedup_vs_fp32']:.2f}x fp32 in time to accuracy (per step "
+                 f"{best['speedup_vs_fp32']:.2f}x, fp32's steps to target / its own {ratio:.2f})"
+                 if math.isfinite(ratio) else f"{best['speedup_vs_fp32']:.2f}x fp32 per step; steps to target unknown")
+        even = float(best["break_even_bps"])
+        pays = "at any bandwidth" if math.isinf(even) else f"below {even / 1e9:.3g} Gbit/s"
+        lines = [f"{best['configuration']}: {speed}; accuracy {best['accuracy_delta_points']:+.2f} points vs fp32, "
+                 f"target reached; the bound for any compressor is {bound:.2f}x; it pays {pays}"]
+    return "\n".join(lines + [f"excluded {others.loc[i, 'configuration']}: {text}"
+                              for i, text in why.items() if text is not None])

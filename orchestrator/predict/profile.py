@@ -22,8 +22,19 @@ class Profile:
     fwd_s: float
     bwd_s: float
     opt_s: float
-    # Per parameter, in model.parameters() order: (numel, seconds into backward its gradient is ready).
+    # Per parameter, in model.parameters() order: (shape, seconds into backward its gradient is ready).
     params: tuple[tuple[tuple[int, ...], float], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON object of the profile; ``from_json`` gives back equal floats (JSON keeps a float's repr)."""
+        return {"fwd_s": self.fwd_s, "bwd_s": self.bwd_s, "opt_s": self.opt_s,
+                "params": [[list(shape), ready] for shape, ready in self.params]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Profile":
+        """The profile ``to_json`` wrote; KeyError, TypeError or ValueError where ``data`` is not one."""
+        params = tuple((tuple(int(n) for n in shape), float(ready)) for shape, ready in data["params"])
+        return cls(float(data["fwd_s"]), float(data["bwd_s"]), float(data["opt_s"]), params)
 
 
 def build(settings: dict[str, Any]) -> tuple[torch.nn.Module, tuple[int, ...], int]:

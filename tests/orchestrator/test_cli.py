@@ -52,3 +52,28 @@ def test_no_summary_is_printed_before_any_trial_finished(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "no trial has finished yet" in out and "Target accuracy" not in out and "|" not in out
     assert (tmp_path / "summary.md").read_text() == f"# {tmp_path.name}\n\nNo trial has finished yet.\n"
+
+
+def test_run_as_a_ray_job_refuses_a_relative_or_missing_results(tmp_path, monkeypatch, capsys):
+    """A job's driver runs in Ray's temporary copy of --working-dir: a relative results folder would be
+    lost with it. Ray marks a driver of `ray job submit` with RAY_JOB_CONFIG_JSON_ENV_VAR."""
+    from pathlib import Path
+
+    from orchestrator.cli import _job_results_problem, main
+
+    sweep = write(tmp_path, HEADER + "sweep:\n  num_workers: 1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", '{"metadata": {"job_submission_id": "raysubmit_1"}}')
+    assert main(["run", str(sweep), "--results", "results/t"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --results must be an absolute path under `ray job submit`, got 'results/t': ")
+    assert err.count("\n") == 1 and "temporary copy of --working-dir" in err
+    assert main(["run", str(sweep)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --results is required under `ray job submit`, as an absolute path: the default "
+                          "results/t would be written into the job's temporary copy of --working-dir")
+    assert err.count("\n") == 1
+    assert not (tmp_path / "results").exists()
+    assert _job_results_problem(tmp_path / "r", "t") is None
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    assert _job_results_problem(Path("r"), "t") is None and _job_results_problem(None, "t") is None

@@ -1,6 +1,8 @@
-"""The predictor (orchestrator/predict/predictor.py) and `lowprec predict` on a results folder written
+"""The predictor (orchestrator/predict/predictor.py) and `lowprec predict`/`advise` on a results folder written
 here (records and trials.csv as `lowprec run` writes them): DDP's buckets, the one-worker trials as
-inputs, emulated clusters' links and shared cores, device scales, latencies and the busy machine's floor.
+inputs, emulated clusters' links and shared cores, device scales, latencies and the busy machine's floor;
+steps to the target and accuracy from the trials, the cache of what is measured here, advise's exclusions,
+the predictions' file names.
 What shared hosts cost (orchestrator/predict/sharing.py) is tested here too, as the predictor takes it.
 The model's formulas: test_perfmodel.py."""
 from __future__ import annotations
@@ -39,21 +41,22 @@ PROFILE = Profile(fwd_s=0.001, bwd_s=0.002, opt_s=0.001,
                   params=(((64, 32), 0.002), ((64,), 0.002), ((4, 64), 0.001), ((4,), 0.001)))
 
 
-def write_folder(tmp_path, trials, links=None):
+def write_folder(tmp_path, trials, links=None, statuses=None):
     (tmp_path / "trials").mkdir()
     rows = []
     for i, (settings, metrics) in enumerate(trials):
         tid = f"t{i}"
         (tmp_path / "trials" / f"{tid}.json").write_text(json.dumps(
-            {"trial_id": tid, "name": tid, "settings": {**SETTINGS, **settings}, "status": "ok", "reason": None,
-             "history": [], "finished_at": i, "link": (links or {}).get(i)}))
+            {"trial_id": tid, "name": tid, "settings": {**SETTINGS, **settings},
+             "status": (statuses or {}).get(i, "ok"), "reason": None, "history": [], "finished_at": i,
+             "link": (links or {}).get(i)}))
         rows.append({"trial_id": tid, **metrics})
     pd.DataFrame(rows).to_csv(tmp_path / "trials.csv", index=False)
     return tmp_path
 
 
 ONE = {"compute_s": 0.008, "encode_s": 0.0, "decode_s": 0.0, "exposed_comm_s": 0.0, "time_to_accuracy_s": math.nan,
-       "step_time_s": 0.01}
+       "step_time_s": 0.01, "steps_to_target": math.nan, "accuracy_delta": 0.0}
 
 
 def test_predict_fp32_and_qsgd_from_their_one_worker_trials(tmp_path, monkeypatch):
@@ -62,13 +65,15 @@ def test_predict_fp32_and_qsgd_from_their_one_worker_trials(tmp_path, monkeypatc
         ({}, ONE),
         ({"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"},
          {**ONE, "encode_s": 0.002, "decode_s": 0.001}),
-        ({"num_workers": 2}, {**ONE, "time_to_accuracy_s": 1.0, "step_time_s": 0.01}),  # 100 steps
+        ({"num_workers": 2}, {**ONE, "steps_to_target": 100.0}),
         ({"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra", "num_workers": 2},
-         {**ONE, "time_to_accuracy_s": 1.0, "step_time_s": 0.008}),  # 125 steps
+         {**ONE, "steps_to_target": 125.0}),
         ({"compressor": "powersgd", "algorithm": "powersgd"}, ONE),
     ])
     table, notes = predictor.predict(folder, 8e6, 2, 0.0, prof=PROFILE)  # 1 MB/s
-    assert notes == ["powersgd algorithm=powersgd: PowerSGD is not modelled"]
+    assert notes == ["not predicted: powersgd algorithm=powersgd: PowerSGD is not modelled",
+                     f"measured this machine's reduction throughput and cached it in {folder / 'predict_cache'}: "
+                     "later calls reuse it (delete the folder to measure again)"]
     fp32 = table[table["compressor"] == "fp32"].iloc[0]
     # one bucket of every parameter (2372 floats = 9488 B), ready when the first layer's gradient is
     # (0.002 s, times 0.008 / 0.004), ring over 2 workers: 9488 B / 1 MB/s plus the reduction
@@ -95,9 +100,9 @@ def test_predict_cli_writes_predictions_and_refuses_bad_input(tmp_path, capsys):
         assert "--compute_scale must be a number in (0, inf)" in capsys.readouterr().err
     assert cli.main(["predict", str(tmp_path / "none"), "--bandwidth", "1gbit", "--num_workers", "4"]) == 2
     assert cli.main(["advise", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 0
-    assert "none pays" in capsys.readouterr().out
+    assert "none pays: the folder has no configuration but fp32" in capsys.readouterr().out
     assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 0
-    saved = pd.read_csv(folder / "predictions.csv")
+    saved = pd.read_csv(folder / "predictions" / "1gbit_4w_5us_overlap-true_x1.csv")
     assert list(saved.columns) == predictor.COLUMNS and len(saved) == 1
 
 
@@ -343,3 +348,205 @@ def test_no_timeline_beats_the_busy_machine(tmp_path, monkeypatch):
     # below the timeline, or for other workers, it changes nothing
     assert predictor.trial_predictions(trials, scales=scales, busy={(key, 2, True): slowest / 2, (key, 4, True): 1.0,
                                                                   (key, 2, False): slowest / 2}) == free
+
+
+QSGD = {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}
+ADAPTIVE = {"compressor": "adaptive", "compressor_params": {"pi": 0.05}, "algorithm": "sra"}
+ONEBIT = {"compressor": "onebit", "compressor_params": {}, "algorithm": "sra"}
+
+
+def study(tmp_path, outcomes, columns=None, statuses=None):
+    """A folder of one-worker trials (the step times) and two-worker trials: ``outcomes`` pairs each
+    configuration's settings with the trials.csv rows of its two-worker trials (a seed each)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    trials = []
+    for settings, rows in outcomes:
+        trials.append((settings, ONE))
+        trials += [({**settings, "num_workers": 2, "seed": seed}, {**ONE, **row}) for seed, row in enumerate(rows)]
+    folder = write_folder(tmp_path, trials, statuses=statuses)
+    if columns is not None:  # a trials.csv from before a column existed
+        table = pd.read_csv(folder / "trials.csv")
+        table.drop(columns=[c for c in table.columns if c not in columns]).to_csv(folder / "trials.csv", index=False)
+    return folder
+
+
+def test_two_identical_calls_give_identical_predictions_the_second_from_the_cache(tmp_path, monkeypatch, capsys):
+    # the first call measures the model's profile and this machine's reduction here; the second may not
+    folder = study(tmp_path, [({}, [{"steps_to_target": 50.0}]), (QSGD, [{"steps_to_target": 50.0}])])
+    argv = ["advise", str(folder), "--bandwidth", "100mbit", "--num_workers", "8"]
+    assert cli.main(argv) == 0
+    first = capsys.readouterr().out.splitlines()
+    saved = folder / "predictions" / "100mbit_8w_5us_overlap-true_x1.csv"
+    first_csv = saved.read_bytes()
+    made = [line for line in first if line.startswith("measured the model's step profile and this machine's "
+                                                      "reduction throughput and cached them in ")]
+    assert made == [f"measured the model's step profile and this machine's reduction throughput and cached them "
+                    f"in {folder / 'predict_cache'}: later calls reuse them (delete the folder to measure again)"]
+    table, _ = predictor.predict(folder, 1e8, 8, 5e-6)
+
+    def measure(*args, **kwargs):
+        raise AssertionError("measured again: the cache was not used")
+
+    monkeypatch.setattr(predictor, "profile", measure)
+    monkeypatch.setattr(predictor, "reduce_bps", measure)
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out.splitlines() == [line for line in first if line not in made]
+    assert saved.read_bytes() == first_csv
+    again, notes = predictor.predict(folder, 1e8, 8, 5e-6)
+    assert not any("cache" in note for note in notes)
+    pd.testing.assert_frame_equal(again, table, check_exact=True)
+    qsgd = again[again["compressor"] == "qsgd"].iloc[0]
+    assert qsgd["break_even_bps"] == table[table["compressor"] == "qsgd"].iloc[0]["break_even_bps"]
+    # a damaged cache file is measured again and replaced
+    (folder / "predict_cache" / "reduce.json").write_text("{")
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 2e9)
+    _, notes = predictor.predict(folder, 1e8, 8, 5e-6)
+    assert notes == [f"measured this machine's reduction throughput and cached it in {folder / 'predict_cache'}: "
+                     "later calls reuse it (delete the folder to measure again)"]
+    assert json.loads((folder / "predict_cache" / "reduce.json").read_text()) == {"reduce_bps": 2e9}
+
+
+def test_a_folder_that_cannot_hold_the_cache_is_measured_and_said_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    folder = study(tmp_path, [({}, [{"steps_to_target": 50.0}])])
+    (folder / "predict_cache").write_text("")  # a file where the folder would be: no folder can be made
+    table, notes = predictor.predict(folder, 1e8, 2, 0.0)
+    assert len(notes) == 1 and notes[0].startswith(
+        f"could not cache the model's step profile and this machine's reduction throughput in "
+        f"{folder / 'predict_cache'} (")
+    assert notes[0].endswith("): each call measures them again, and their noise moves the predictions")
+    assert table.iloc[0]["speedup_vs_fp32"] == 1.0
+
+
+def test_the_steps_ratio_comes_from_the_trials_steps_to_target(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    # every configuration crossed the target at step 50 (qsgd: the mean of its seeds), however long its
+    # steps took: the time to accuracy over the step time (75 and 61 steps) is not the count
+    folder = study(tmp_path, [
+        ({}, [{"steps_to_target": 50.0, "time_to_accuracy_s": 0.5, "step_time_s": 0.01}]),
+        ({"compressor": "fp16"}, [{"steps_to_target": 50.0, "time_to_accuracy_s": 0.76, "step_time_s": 0.01}]),
+        (QSGD, [{"steps_to_target": 40.0, "time_to_accuracy_s": 0.61, "step_time_s": 0.01},
+                {"steps_to_target": 60.0, "time_to_accuracy_s": 0.61, "step_time_s": 0.01}]),
+    ])
+    table, notes = predictor.predict(folder, 8e6, 2, 0.0)
+    assert list(table["steps_ratio_vs_fp32"]) == [1.0, 1.0, 1.0]
+    assert list(table["tta_speedup_vs_fp32"]) == list(table["speedup_vs_fp32"])
+    assert list(table["reached_target"]) == [True, True, True]
+    assert not any("steps to target" in note for note in notes)
+    # fewer steps than fp32: a ratio above 1
+    folder = study(tmp_path / "fewer", [({}, [{"steps_to_target": 60.0}]), (QSGD, [{"steps_to_target": 40.0}])])
+    qsgd = predictor.predict(folder, 8e6, 2, 0.0)[0].iloc[1]
+    assert qsgd["steps_ratio_vs_fp32"] == 1.5
+    assert qsgd["tta_speedup_vs_fp32"] == pytest.approx(1.5 * qsgd["speedup_vs_fp32"], rel=1e-15)
+
+
+def test_unknown_steps_to_target_count_as_one_with_a_note(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    per_step = "tta_speedup_vs_fp32 is the per-step speedup"
+    # a folder from before steps_to_target: reaching the target is a finite time to accuracy
+    reached, missed = {"time_to_accuracy_s": 0.5}, {"time_to_accuracy_s": math.nan}
+    old = study(tmp_path / "old", [({}, [reached]), (QSGD, [reached]), (ONEBIT, [missed])],
+                columns=[c for c in [*ONE, "trial_id"] if c != "steps_to_target"])
+    table, notes = predictor.predict(old, 8e6, 2, 0.0)
+    assert table["steps_ratio_vs_fp32"].isna().all()
+    assert list(table["tta_speedup_vs_fp32"]) == list(table["speedup_vs_fp32"])
+    assert list(table["reached_target"]) == [True, True, False]
+    assert f"steps to target unknown: trials.csv has no steps_to_target column (written before it existed): " \
+           f"{per_step}" in notes
+    qsgd = table.iloc[1]
+    assert predictor.advice(table, 0.5).splitlines()[0].startswith(
+        f"{qsgd['configuration']}: {qsgd['speedup_vs_fp32']:.2f}x fp32 per step; steps to target unknown; ")
+    # fp32 did not reach the target: no configuration's ratio is known
+    folder = study(tmp_path / "fp32", [({}, [{}]), (QSGD, [{"steps_to_target": 50.0}])])
+    table, notes = predictor.predict(folder, 8e6, 2, 0.0)
+    assert table["steps_ratio_vs_fp32"].isna().all() and list(table["reached_target"]) == [False, True]
+    assert f"steps to target unknown: fp32 did not reach the target with 2 workers: {per_step}" in notes
+    # one configuration missed it with a seed, another collapsed (unstable) with the most workers although its
+    # one-worker trial finished ok and its row says it crossed: neither reached it
+    folder = study(tmp_path / "some", [({}, [{"steps_to_target": 50.0}]),
+                                       (QSGD, [{"steps_to_target": 50.0}, {}]),
+                                       (ONEBIT, [{"steps_to_target": 50.0}])], statuses={6: "unstable"})
+    table, notes = predictor.predict(folder, 8e6, 2, 0.0)
+    assert list(table["reached_target"]) == [True, False, False]
+    assert list(table["steps_ratio_vs_fp32"].isna()) == [False, True, True]
+    assert list(table["tta_speedup_vs_fp32"]) == list(table["speedup_vs_fp32"])
+    qsgd, onebit = table["configuration"].iloc[1:]
+    assert notes[:2] == [f"{onebit}: its trials with 2 workers did not all finish ok (unstable): taken as not "
+                         "reaching the target",
+                         f"steps to target unknown for {qsgd}, {onebit} (did not reach the target): their {per_step}"]
+
+
+def test_advise_leaves_out_what_lost_accuracy_or_missed_the_target(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    folder = study(tmp_path, [
+        ({}, [{"steps_to_target": 50.0, "accuracy_delta": 0.0}]),
+        (QSGD, [{"steps_to_target": 50.0, "accuracy_delta": -0.001}]),
+        (ADAPTIVE, [{"steps_to_target": 50.0, "accuracy_delta": -0.027}]),
+        (ONEBIT, [{"accuracy_delta": -0.3}]),
+    ])
+    table, _ = predictor.predict(folder, 1e6, 2, 0.0)
+    _, qsgd, adaptive, onebit = table["configuration"]
+    assert list(table["accuracy_delta_points"]) == [0.0, -0.1, -2.7, -30.0]
+    # the fewer bytes the faster: onebit (which missed the target), then adaptive (which lost 2.7 points), then qsgd
+    assert list(table["tta_speedup_vs_fp32"].sort_values().index) == [0, 1, 2, 3]
+    argv = ["advise", str(folder), "--bandwidth", "1mbit", "--num_workers", "2"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-4].startswith(f"{qsgd}: ") and "accuracy -0.10 points vs fp32, target reached" in out[-4]
+    assert out[-3:-1] == [f"excluded {adaptive}: lost 2.7 points (max 0.5)",
+                          f"excluded {onebit}: did not reach the target"]
+    assert out[-1] == f"saved {folder / 'predictions' / '1mbit_2w_5us_overlap-true_x1.csv'}"
+    # the table printed shows the accuracy change and whether the target was reached
+    assert out[1].split()[-3:] == ["accuracy_delta_points", "reached_target", "break_even_bps"]
+    assert cli.main([*argv, "--max_accuracy_loss", "5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3].startswith(f"{adaptive}: ") and "accuracy -2.70 points vs fp32" in out[-3]
+    assert out[-2] == f"excluded {onebit}: did not reach the target"
+    # the limit is inclusive
+    assert predictor.advice(table, 2.7).splitlines()[0].startswith(f"{adaptive}: ")
+    assert predictor.advice(table, 0.0).splitlines()[1] == f"excluded {qsgd}: lost 0.1 points (max 0)"
+    for bad in ("nan", "-1", "inf"):
+        assert cli.main([*argv, "--max_accuracy_loss", bad]) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: --max_accuracy_loss must be a number of points in [0, inf), got {float(bad)}\n"
+
+
+def test_predictions_are_saved_under_a_name_of_their_arguments(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    folder = study(tmp_path, [({}, [{"steps_to_target": 50.0}]), (QSGD, [{"steps_to_target": 50.0}])])
+    assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 0
+    first = folder / "predictions" / "1gbit_4w_5us_overlap-true_x1.csv"
+    assert capsys.readouterr().out.splitlines()[-1] == f"saved {first}"
+    saved = first.read_bytes()
+    assert cli.main(["advise", str(folder), "--bandwidth", "100MBIT", "--num_workers", "8", "--latency", "0.2ms",
+                     "--overlap", "false", "--compute_scale", "2.5"]) == 0
+    second = folder / "predictions" / "100mbit_8w_0.2ms_overlap-false_x2.5.csv"
+    assert capsys.readouterr().out.splitlines()[-1] == f"saved {second}"
+    assert first.read_bytes() == saved
+    table = pd.read_csv(second)
+    assert list(table.columns) == predictor.COLUMNS
+    first_row = table.iloc[0]
+    assert (first_row["num_workers"], first_row["latency_s"], bool(first_row["overlap"])) == (8, 2e-4, False)
+    assert sorted(p.name for p in (folder / "predictions").iterdir()) == [second.name, first.name]  # no temp files
+    assert predictor.predictions_path(folder, "1gbit", 4, "5us", True, 1.0000001).name == \
+        "1gbit_4w_5us_overlap-true_x1.0000001.csv"
+    # a folder where nothing can be written: the predictions are printed, the error is one line
+    (folder / "predictions").rename(folder / "kept")
+    (folder / "predictions").write_text("")
+    assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 1
+    assert capsys.readouterr().err.startswith(f"error: could not save the predictions in {first}: ")
+
+
+def test_a_record_without_its_row_in_trials_csv_asks_for_an_export(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    folder = study(tmp_path, [({}, [{"steps_to_target": 50.0}])])
+    table = pd.read_csv(folder / "trials.csv")
+    table[table["trial_id"] != "t1"].to_csv(folder / "trials.csv", index=False)  # t1 finished after the export
+    assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 1
+    assert capsys.readouterr().err == (f"error: {folder}: trials.csv has no row for 1 trial record(s) (t1, ...): "
+                                       f"rebuild it with `lowprec export {folder}`\n")
