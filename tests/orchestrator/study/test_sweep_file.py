@@ -130,8 +130,6 @@ def test_trial_names_are_readable_and_ids_stable(tmp_path):
 
 
 def test_labels_show_only_what_differs_from_the_defaults_or_varies_and_are_the_same_everywhere(tmp_path):
-    import pandas as pd
-
     from orchestrator.results.tables import config_labels, trials_table
     from orchestrator.study.records import make_record
 
