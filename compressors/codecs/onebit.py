@@ -7,9 +7,11 @@ bit (1: >= 0). The sums behind the means are float64 in a fixed order
 Error feedback is part of the method: use it through ``ErrorFeedback``.
 A NaN entry falls on the negative side and makes that group's mean NaN.
 
-``grouping`` says what a group is (``group_shape``). CNTK and LBANN keep a
-layer's weight as (out x in), column-major, and group per column: per input
-unit. Torch's weight is (out, in), so ``column`` groups the columns of the
+``grouping`` says what a group is (``group_shape``). CNTK (and LBANN's later
+quantizer.cpp) keep a layer's weight as (out x in), column-major, and group per
+column: per input unit; LBANN's first lbann_quantizer.cpp transposed to
+quantize per output unit (our ``row``). Torch's weight is (out, in), so
+``column`` groups the columns of the
 2-D view of ``wire.matrix_shape`` (for a conv weight, of (out, in*kh*kw)),
 as the papers do; ``row`` groups its rows (per output unit). 0-D and 1-D
 tensors are one group either way. A column is not contiguous: both

@@ -106,9 +106,9 @@ EPOCH: tuple[Column, ...] = (
 ID: tuple[Column, ...] = (
     Column("trial_id", "", "the stable id of the trial (a hash of its settings)"),
     Column("name", "", "the trial's readable name"),
-    Column("status", "", "ok; unstable (training collapsed without a NaN: the training loss ended at more than "
-           "twice its lowest epoch's, or the test accuracy fell back to what a constant prediction scores; "
-           "orchestrator.study.stability); diverged (the training or test loss became NaN/inf, or a parameter is "
+    Column("status", "", "ok; unstable (over two or more epochs, training collapsed or never learned without a "
+           "NaN: the training loss ended at more than twice its lowest epoch's, or the test accuracy fell back to, "
+           "or never rose above, what a constant prediction scores; orchestrator.study.stability); diverged (the training or test loss became NaN/inf, or a parameter is "
            "not finite after the epoch's last step: the loop stopped); failed (an exception, workers lost beyond "
            "max_failures, or workers that could not be placed)"),
     Column("reason", "", "why a trial is not ok (empty otherwise)"),

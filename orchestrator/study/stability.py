@@ -3,8 +3,9 @@
 A run whose loss becomes NaN stops as ``diverged`` (the training loop checks
 that itself). Some compressors instead let training drift: the loss climbs and
 the accuracy falls back towards what a constant prediction scores, with every
-number finite. Such a run ends ``unstable``, with the reason, so that its
-accuracy and times are not read as an ordinary trade-off.
+number finite; others never learn at all (signsgd at too large a learning
+rate). Such a run of two or more epochs ends ``unstable``, with the reason, so
+that its accuracy and times are not read as an ordinary trade-off.
 """
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ def unstable_reason(history: Sequence[dict[str, Any]], constant_accuracy: float)
                 f"lowest ({losses[lowest]:.3g}, epoch {lowest + 1})")
     accuracies = [float(e["test_accuracy"]) for e in history]
     best = max(range(len(accuracies)), key=accuracies.__getitem__)
+    if accuracies[best] <= constant_accuracy + CHANCE_MARGIN:
+        return (f"the test accuracy never rose above {accuracies[best]:.4f}, where always predicting the most "
+                f"frequent class scores {constant_accuracy:.4f}: it did not learn")
     if accuracies[best] >= constant_accuracy + LEARNED_MARGIN and accuracies[-1] <= constant_accuracy + CHANCE_MARGIN:
         return (f"the test accuracy fell to {accuracies[-1]:.4f}, where always predicting the most frequent class "
                 f"scores {constant_accuracy:.4f}, from {accuracies[best]:.4f} in epoch {best + 1}")
