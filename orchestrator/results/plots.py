@@ -15,7 +15,7 @@ figure's title names the sweep, the workload, the workers and the links (``summa
 - ``bytes_sent.png``: bytes one worker sends per step, per configuration and worker count (two or
   more; log axis).
 - ``speedup_vs_workers.png``: mean ``speedup_vs_fp32`` over seeds against ``num_workers`` (two or
-  more), one line per configuration.
+  more), one line per configuration; hollow markers where the target was not reached.
 - ``step_time_breakdown.png``: milliseconds per step (``tables.step_time_table``): a stacked bar of
   compute and exposed communication, which add up to the step, and beside it the hook's own phases
   (encode, comm, decode), which overlap the step; one group per configuration and ``num_workers``.
@@ -170,14 +170,20 @@ def _accuracy_vs_time(plt, trials, history, colours, workers):
 def _speedup_vs_workers(plt, trials, colours, workers):
     figure, ax = plt.subplots(figsize=(6.5, 4.2))
     speedup = pd.to_numeric(trials["speedup_vs_fp32"], errors="coerce")
-    means = speedup.groupby([trials["label"], trials["num_workers"]], sort=False).mean().dropna()
+    keys = [trials["label"], trials["num_workers"]]
+    means = speedup.groupby(keys, sort=False).mean().dropna()
+    # hollow where some seed did not reach the target: that speedup compares step times
+    hollow = (trials["speedup_basis"] == "step_time").groupby(keys, sort=False).any()
     for label in colours:
         if label in means.index.get_level_values(0):
             points = means.loc[label].sort_index()
-            ax.plot(points.index, points.to_numpy(), marker="o", color=colours[label], label=label)
+            ax.plot(points.index, points.to_numpy(), color=colours[label], label=label)
+            for w, value in points.items():
+                ax.plot([w], [value], marker="o", color=colours[label],
+                        markerfacecolor="none" if hollow[(label, w)] else colours[label])
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xticks(workers)
-    ax.set_xlabel("workers")
+    ax.set_xlabel("workers (hollow: target not reached, step time compared)")
     ax.set_ylabel("speedup vs fp32")
     ax.grid(alpha=0.3)
     _legend(figure, [ax])
