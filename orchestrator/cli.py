@@ -23,7 +23,8 @@
                                    namespaces with links shaped to RATE (100mbit, 1gbit),
                                    calibrated, one Ray node each (orchestrator.cluster.emulation)
     cluster shape RATE [--calibrate]   re-shape every link while Ray runs
-    cluster exec I CMD...          run CMD in emulated host I (0: where drivers run)
+    cluster exec [--prefix P] I CMD...
+                                   run CMD in emulated host I (0: where drivers run)
     cluster status | cluster down  its links, calibrations, processes | end it all by PID
 
 A sweep whose cluster section has ``emulate`` brings its own emulated cluster up
@@ -103,16 +104,19 @@ def _parser() -> argparse.ArgumentParser:
         return sub
 
     up = with_prefix(actions.add_parser("up", help="make the hosts, shape and calibrate the links, start Ray"))
-    up.add_argument("--hosts", type=int, required=True, help="emulated hosts (network namespaces), >= 2")
-    up.add_argument("--bandwidth", required=True, help="each link's rate each way, as tc writes it: 100mbit, 1gbit")
+    up.add_argument("--hosts", type=int, required=True, help="emulated hosts (network namespaces), 2 to 64")
+    up.add_argument("--bandwidth", required=True, help="each link's rate each way, as tc writes it, from 8kbit to "
+                                                        "100gbit: 100mbit, 1gbit")
     up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"first three octets in 198.18.0.0/15 "
                                                              f"(default {DEFAULT_SUBNET})")
     up.add_argument("--no_ray", action="store_true", help="the network only")
     shape = with_prefix(actions.add_parser("shape", help="re-shape every link (Ray keeps running)"))
-    shape.add_argument("bandwidth")
+    shape.add_argument("bandwidth", metavar="RATE")
     shape.add_argument("--calibrate", action="store_true", help="measure the new rate (a few seconds)")
-    run_in = with_prefix(actions.add_parser("exec", help="run a command in emulated host I"))
-    run_in.add_argument("host", type=int)
+    run_in = with_prefix(actions.add_parser(
+        "exec", help="run a command in emulated host I", usage="lowprec cluster exec [--prefix P] I CMD [ARG ...]",
+        description="exec's options go before I; everything from CMD on is CMD's (a --prefix there is refused)"))
+    run_in.add_argument("host", type=int, metavar="I")
     run_in.add_argument("argv", nargs=argparse.REMAINDER, metavar="CMD")
     with_prefix(actions.add_parser("status", help="hosts, links, calibrations, processes"))
     with_prefix(actions.add_parser("down", help="end every process of the cluster by PID, remove its namespaces"))
@@ -120,53 +124,66 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from compressors.core.params import RATE, Param
+    """The cluster verbs: bad input exits 2 before anything changes, a failure while acting exits 1."""
+    from .cluster import emulation, netns
+    from .study.settings import EMULATE
 
-    from .cluster import emulation
-    from .cluster.netns import NetworkError
+    def usage(message: str) -> int:
+        print(f"error: {message}", file=sys.stderr)
+        return 2
 
-    rate = Param("bandwidth", None, RATE)
+    if args.action == "exec":
+        if not args.argv:
+            return usage("cluster exec needs a command: lowprec cluster exec [--prefix P] I CMD [ARG ...]")
+        # Everything from CMD on is CMD's: a --prefix there was meant for exec as often as for CMD.
+        if any(arg == "--prefix" or arg.startswith("--prefix=") for arg in args.argv):
+            return usage("--prefix after the host number is refused: exec's options go before it "
+                         "(lowprec cluster exec --prefix P I CMD ...); to give CMD a --prefix of its own, run it "
+                         "through a shell (lowprec cluster exec I sh -c 'CMD --prefix ...')")
+    problems = [("--prefix", args.prefix, netns.prefix_problem(args.prefix))]
+    if args.action == "up":
+        hosts = next(param for param in EMULATE if param.name == "hosts")  # as a sweep's cluster.emulate.hosts
+        problems += [("--hosts", args.hosts, hosts.problem(args.hosts)),
+                     ("--bandwidth", args.bandwidth, emulation.BANDWIDTH.problem(args.bandwidth)),
+                     ("--subnet", args.subnet, netns.subnet_problem(args.subnet))]
+    if args.action == "shape":
+        problems.append(("RATE", args.bandwidth, emulation.BANDWIDTH.problem(args.bandwidth)))
+    for flag, value, problem in problems:
+        if problem:
+            return usage(f"{flag} {problem}, got {value!r}")
     try:
         if args.action == "up":
-            if rate.problem(args.bandwidth):
-                print(f"error: --bandwidth {rate.problem(args.bandwidth)}, got {args.bandwidth!r}", file=sys.stderr)
-                return 2
-            if args.hosts < 2:
-                print("error: --hosts must be >= 2: the links are between hosts", file=sys.stderr)
-                return 2
-            cluster = emulation.up(args.hosts, rate.check("bandwidth", args.bandwidth), prefix=args.prefix,
-                                   subnet=args.subnet, ray=not args.no_ray)
+            cluster = emulation.up(args.hosts, args.bandwidth, prefix=args.prefix, subnet=args.subnet,
+                                   ray=not args.no_ray)
             if cluster.ray:
                 print(f"driver: lowprec run SWEEP --address {cluster.address}   (or: lowprec cluster exec 0 CMD)")
             return 0
         if args.action == "down":
-            emulation.down(args.prefix)
+            if emulation.down(args.prefix) is None:
+                print(f"no emulated cluster with prefix {args.prefix!r}: nothing to bring down")
             return 0
         cluster = emulation.load(args.prefix)
         if args.action == "status":
             print(emulation.status(args.prefix))
             return 0 if cluster else 1
         if cluster is None:
-            print(f"error: no emulated cluster with prefix {args.prefix!r}: `lowprec cluster up` first", file=sys.stderr)
+            print(f"error: no emulated cluster with prefix {args.prefix!r}: `lowprec cluster up --prefix "
+                  f"{args.prefix}` first", file=sys.stderr)
             return 1
         if args.action == "shape":
-            if rate.problem(args.bandwidth):
-                print(f"error: bandwidth {rate.problem(args.bandwidth)}, got {args.bandwidth!r}", file=sys.stderr)
-                return 2
-            found = cluster.shape(rate.check("bandwidth", args.bandwidth), recalibrate=args.calibrate)
-            print(f"links: {cluster.bandwidth} each way" + (f"; calibrated {found['measured_bps'] / 1e6:.1f} Mbit/s"
+            found = cluster.shape(args.bandwidth, recalibrate=args.calibrate, log=print)
+            print(f"links: {cluster.bandwidth} each way" + (f"; calibrated {emulation.rate_text(found['measured_bps'])}"
                                                            if found and args.calibrate else ""))
             return 0
-        if not args.argv:
-            print("error: cluster exec needs a command", file=sys.stderr)
-            return 2
-        try:
-            return subprocess.call(cluster.command(args.host, args.argv))
-        except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-    except (NetworkError, ValueError) as error:
+        if not 0 <= args.host < cluster.hosts:
+            return usage(f"I must be a host of the cluster {args.prefix!r}, in [0, {cluster.hosts - 1}], "
+                         f"got {args.host}")
+        return subprocess.call(cluster.command(args.host, args.argv))
+    except (RuntimeError, OSError, ValueError) as error:  # NetworkError, a failed calibration, a state file
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
         return 1
 
 
@@ -180,8 +197,8 @@ def _predict(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: --bandwidth {problem}, got {args.bandwidth!r}", file=sys.stderr)
         return 2
-    if args.num_workers < 1:
-        print("error: --num_workers must be >= 1", file=sys.stderr)
+    if not 1 <= args.num_workers <= predictor.MAX_WORKERS:
+        print(f"error: --num_workers must be in [1, {predictor.MAX_WORKERS}], got {args.num_workers}", file=sys.stderr)
         return 2
     if not (math.isfinite(args.compute_scale) and args.compute_scale > 0):
         print(f"error: --compute_scale must be a number in (0, inf), got {args.compute_scale}", file=sys.stderr)
@@ -196,9 +213,17 @@ def _predict(args: argparse.Namespace) -> int:
         print(f"error: --{error}", file=sys.stderr)
         return 2
     if not (args.results / "trials.csv").is_file():
-        print(f"error: {args.results} has no trials.csv (a results folder of `lowprec run`)", file=sys.stderr)
+        what = "is not a folder" if args.results.exists() and not args.results.is_dir() else "has no trials.csv"
+        print(f"error: {args.results} {what} (a results folder of `lowprec run`)", file=sys.stderr)
         return 2
     overlap = args.overlap == "true"
+    path = predictor.predictions_path(args.results, args.bandwidth, args.num_workers, args.latency, overlap,
+                                      args.compute_scale)
+    try:  # before the work: a table that cannot be saved is not worth computing
+        predictor.check_writable(path)
+    except OSError as error:
+        print(f"error: the predictions cannot be saved in {path}: {error.strerror or error}", file=sys.stderr)
+        return 2
     try:
         table, notes = predictor.predict(args.results, rate_bps(args.bandwidth), args.num_workers, latency,
                                          overlap=overlap, compute_scale=args.compute_scale)
@@ -214,8 +239,6 @@ def _predict(args: argparse.Namespace) -> int:
         print(note)
     if args.command == "advise":
         print(predictor.advice(table, loss))
-    path = predictor.predictions_path(args.results, args.bandwidth, args.num_workers, args.latency, overlap,
-                                      args.compute_scale)
     try:
         predictor.write_atomic(path, table.to_csv(index=False))
     except OSError as error:
@@ -232,12 +255,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("predict", "advise"):
         return _predict(args)
     if args.command == "export":
+        import shlex
+
         from .results.export import export
+        from .study.records import UNWRITABLE, folder_problem
 
         if not (args.results / "trials").is_dir():
             print(f"error: {args.results} has no trials/ folder of trial records", file=sys.stderr)
             return 2
-        for path in export(args.results).values():
+        problem = folder_problem(args.results)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        try:
+            written = export(args.results)
+        except OSError as error:
+            where = f" ({error.filename})" if error.filename else ""
+            print(f"error: could not write the tables of {args.results}: {error.strerror or error}{where}; the "
+                  f"trial records are safe in {args.results / 'trials'}: fix the cause, then run "
+                  f"`lowprec export {shlex.quote(str(args.results))}` again", file=sys.stderr)
+            return 2 if error.errno in UNWRITABLE else 1
+        for path in written.values():
             print(path)
         return 0
     if getattr(args, "max_concurrent_trials", None) is not None and args.max_concurrent_trials < 1:
@@ -259,8 +297,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from .cluster import emulation
     from .cluster.netns import NetworkError
+    from .study.records import UNWRITABLE, folder_problem
 
     results = (args.results or Path("results") / sweep.name).resolve()
+    problem = folder_problem(results, sweep.name)  # before an emulated cluster comes up for it
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     inside = emulation.current()
     if inside is None:
         address = args.address or os.environ.get("RAY_ADDRESS")
@@ -288,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
     from .results.export import export, export_or_warn
-    from .study.runner import ResultsExist, run_sweep
+    from .study.runner import RayUnreachable, ResultsExist, resume_command, run_sweep
 
     try:
         results, unfinished = run_sweep(sweep, results, address=args.address, resume=args.resume,
@@ -297,6 +340,18 @@ def main(argv: list[str] | None = None) -> int:
     except ResultsExist as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except RayUnreachable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # the results folder could not be written
+        where = f" ({error.filename})" if error.filename else ""
+        if error.errno in UNWRITABLE:
+            print(f"error: cannot write the results in {results}: {error.strerror or error}{where}", file=sys.stderr)
+            return 2
+        print(f"error: could not write the results in {results}: {error.strerror or error}{where}; the trials "
+              f"recorded so far are safe: fix the cause, then run {resume_command(sweep.path, results)}",
+              file=sys.stderr)
+        return 1
     export_or_warn(results)
     _print_outcome(results)
     return 1 if unfinished else 0
@@ -327,7 +382,9 @@ def _emulation_problem(sweep: Sweep, cluster: Any, max_concurrent_trials: int | 
         return f"num_workers {most} is more than the emulated cluster's {cluster.hosts} hosts: one worker per host"
     if len({trial["bandwidth"] for trial in sweep.trials}) > 1 and (max_concurrent_trials or 1) > 1:
         return "bandwidth varies between trials, which run one at a time: drop --max_concurrent_trials"
-    return None
+    # a rate the links cannot carry would fail mid-sweep, when its trial re-shapes them
+    rates = dict.fromkeys(trial["bandwidth"] for trial in sweep.trials if trial["bandwidth"] is not None)
+    return next((problem for problem in map(cluster.rate_problem, rates) if problem), None)
 
 
 def _run_emulated(args: argparse.Namespace, sweep: Sweep, results: Path) -> int:
@@ -341,11 +398,21 @@ def _run_emulated(args: argparse.Namespace, sweep: Sweep, results: Path) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         cluster = emulation.up(emulate["hosts"], first, prefix=emulation.SWEEP_PREFIX, owner_pid=os.getpid())
+        rates = dict.fromkeys(trial["bandwidth"] for trial in sweep.trials if trial["bandwidth"] is not None)
+        problem = next(filter(None, map(cluster.rate_problem, rates)), None)
+        if problem:  # before any trial: the driver would meet it at that bandwidth's first trial
+            print(f"error: {problem}", file=sys.stderr)
+            return 1
         return _driver_in(cluster, args, results)
     except KeyboardInterrupt:
         return 1
+    except RuntimeError as error:  # NetworkError, a failed calibration
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     finally:
-        emulation.down(emulation.SWEEP_PREFIX)
+        # Only a cluster this process brought up: a start refused because another sweep's cluster is up
+        # must leave that one running.
+        emulation.down(emulation.SWEEP_PREFIX, owner_pid=os.getpid())
 
 
 def _driver_in(cluster: Any, args: argparse.Namespace, results: Path) -> int:

@@ -8,6 +8,7 @@ Every length is checked against the header before the data is used.
 from __future__ import annotations
 
 import gzip
+import math
 import zlib
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def read_idx(path: Path, ndim: int) -> np.ndarray:
         )
     shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
     header = 4 + 4 * ndim
-    expected = int(np.prod(shape, dtype=np.int64))
+    expected = math.prod(shape)  # exact: numpy's int64 product wraps for a forged header
     found = len(raw) - header
     if found != expected:
         problem = "truncated" if found < expected else "trailing bytes"

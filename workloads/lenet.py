@@ -16,8 +16,15 @@ from torch import nn
 from .options import image_channels
 
 
+# The second 2x2 pool needs a 2x2 map from the second convolution: half the input, rounded down, less 4.
+MIN_SIDE = 12
+
+
 def build_lenet5(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     channels = image_channels("lenet5", input_shape)
+    if min(input_shape[1:]) < MIN_SIDE:
+        raise ValueError(f"model 'lenet5' needs images of at least {MIN_SIDE}x{MIN_SIDE} pixels, "
+                         f"got input_shape {list(input_shape)}")
     return nn.Sequential(
         nn.Conv2d(channels, 6, kernel_size=5, padding=2),
         nn.ReLU(inplace=True),

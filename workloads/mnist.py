@@ -14,7 +14,7 @@ With ``data_dir``: the standard files ``train-images-idx3-ubyte``,
 ``t10k-labels-idx1-ubyte`` (each plain or ``.gz``) as train and test.
 
 Images become float32 [N, 1, H, W] normalised with the usual MNIST mean
-0.1307 and std 0.3081; labels must lie in 0..9.
+0.1307 and std 0.3081; labels must lie in 0..9, and each split must hold at least one image.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ def _load_part(directory: Path, prefix: str) -> tuple[np.ndarray, np.ndarray]:
     labels_path = _find(directory, f"{prefix}-labels-idx1-ubyte")
     images = read_idx(images_path, ndim=3)
     labels = read_idx(labels_path, ndim=1)
+    if 0 in images.shape:  # valid IDX, but nothing to train or evaluate on
+        raise DatasetFormatError(f"{images_path}: no images (header shape {list(images.shape)})")
     if images.shape[0] != labels.shape[0]:
         raise DatasetFormatError(
             f"MNIST count mismatch: {images_path} holds {images.shape[0]} images "

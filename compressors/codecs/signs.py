@@ -10,8 +10,9 @@
   mean of the signs, not their vote): the collectives have no server step there.
   The scale is the paper's, 1 (the learning rate carries the magnitude), except that a tensor
   with no nonzero entry sends 0 (one bit cannot say sign(0) = 0, and an all-zero gradient, e.g.
-  a frozen or unused parameter, must stay zero) and a tensor holding a NaN sends NaN: the
-  scale is ``max |sign(x_i)|``.
+  a frozen or unused parameter, must stay zero), a tensor holding a NaN sends NaN and one
+  holding an Inf (but no NaN) sends Inf, as every other codec's non-finite block decodes
+  non-finite: the scale is ``max |sign(x_i)|`` with ``sign(+-inf) = inf``.
 - ``efsignsgd``: EF-signSGD (Karimireddy, Rebjock, Stich, Jaggi, "Error Feedback Fixes SignSGD
   and other Gradient Compression Schemes", ICML 2019; epfml/error-feedback-SGD's
   ``scaled_sign``): ``(||p||_1 / d) * sign(p)``, with error feedback.
@@ -23,7 +24,8 @@
 
 The bit of an entry is 1 for ``x >= 0`` (GRACE's ``tensor >= 0``, DeepSpeed's
 ``sign().add_(1).bool()``): 0 and -0 decode to ``+scale``, where the papers' ``sign(0) = 0``
-would need a third symbol; a NaN entry gets bit 0 and its tensor's scale is NaN. The l1 and
+would need a third symbol; a NaN entry gets bit 0 and its tensor's scale is NaN (signsgd's
+scale is Inf for an Inf entry, the others' norms are Inf by themselves). The l1 and
 l2 norms are pairwise tree sums in float64 (compressors/core/pairwise.py), divided by ``d`` or
 ``sqrt(d)`` in float64, then rounded to float32 once, so every implementation sends the same
 scale and huge entries never overflow it. An empty tensor's scale is 0.
@@ -116,10 +118,11 @@ class SignSGD(_ScaledSign):
     scale_kind = SIGN_MAX
 
     def _scale(self, flat):
-        # 1 if any entry is nonzero, 0 if none, NaN if one is NaN (torch.sign(NaN) is 0, so not
-        # written with it).
+        # 1 if any entry is nonzero, 0 if none, Inf if one is +-Inf, NaN if one is NaN (torch.sign(NaN)
+        # is 0, so not written with it).
         nonzero = (flat != 0).any().to(torch.float32)
-        return torch.where(flat.isnan().any(), torch.nan, nonzero).reshape(1)
+        finite = torch.where(flat.isinf().any(), torch.inf, nonzero)
+        return torch.where(flat.isnan().any(), torch.nan, finite).reshape(1)
 
 
 class EFSignSGD(_ScaledSign):

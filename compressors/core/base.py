@@ -184,6 +184,7 @@ class Compressor(ABC):
         if not torch.is_tensor(x) or not x.is_floating_point():
             raise TypeError(f"{self.name}: expected a floating-point tensor, got {type(x).__name__}"
                             f"{'' if not torch.is_tensor(x) else ' of ' + str(x.dtype)}")
+        _check_not_meta(self.name, x)
         if absmax is not None and not self.scales_by_tensor:
             raise ValueError(f"{self.name}: encode(absmax=) is for a method that scales by the whole tensor "
                              f"(dynamic8 or linear8 with scope 'tensor'), not {self!r}")
@@ -223,6 +224,8 @@ class Compressor(ABC):
         ``add``, the decoded values are added into ``out`` instead (the summing step of a
         collective, in one pass where the kernels allow), element by element in float32.
         """
+        if torch.is_tensor(payload):
+            _check_not_meta(self.name, payload)
         header = wire.read_header(payload)
         if header.codec != self.name:
             raise wire.PayloadError(f"payload was made by {header.codec!r}, this decoder is {self.name!r}")
@@ -289,6 +292,12 @@ class Compressor(ABC):
     def _decode_cuda(self, k: Any, body: Any, shape: tuple[int, ...], out: Any, add: bool) -> None:
         """``_decode_numba`` on the GPU; a refused payload leaves ``out`` untouched."""
         raise NotImplementedError(f"{self.name} has no CUDA kernels")
+
+
+def _check_not_meta(name: str, tensor: torch.Tensor) -> None:
+    # A meta tensor has a shape but no values: torch raises NotImplementedError at the first read.
+    if tensor.device.type == "meta":
+        raise ValueError(f"{name}: meta tensors have no data to encode or decode; give a tensor on a real device")
 
 
 def _check_out(name: str, out: torch.Tensor, dtype: torch.dtype, numel: int, device: torch.device) -> None:

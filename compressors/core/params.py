@@ -3,7 +3,7 @@
 Compressors declare their parameters with ``Param``; so do the workloads' builders
 and the orchestrator's settings schema, which composes them all. A ``Param`` knows
 its name, type, default, valid range or choices and a one-line doc, checks a value
-(NaN is never valid: it passes no comparison) and describes its valid range.
+(NaN and +-inf are never valid floats) and describes its valid range.
 """
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ _RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kmg]?)bit")
 _RATE_UNIT = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}
 # tc's tbf cannot be given less than a few kbit/s; past 100 Gbit/s no machine shapes anything.
 RATE_RANGE_BPS = (8e3, 100e9)
+# YAML 1.2's float syntax. PyYAML reads YAML 1.1, where a float needs a dot: 1e-3, as people write a
+# learning rate, arrives as the string '1e-3' (``Param.read``).
+_FLOAT_TEXT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
 
 
 def rate_bps(text: str) -> float:
@@ -63,6 +66,8 @@ class Param:
             low = self.low if self.low is not None else "-inf"
             high = f"{self.high}]" if self.high is not None else "inf)"
             kind = self.kind.__name__
+            if self.kind is float and (self.low is None or self.high is None):
+                kind = "finite float"  # "(0, inf)" alone was read as letting inf in
             text = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} in {lo}{low}, {high}"
         return text + (" or null" if self.nullable else "")
 
@@ -82,12 +87,12 @@ class Param:
                 ok = False
             return None if ok else bad
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+            value = _as_float(value)
         if not isinstance(value, self.kind) or (isinstance(value, bool) and self.kind is not bool):
             return bad
         if self.kind is str and not value:
             return bad
-        if isinstance(value, float) and math.isnan(value):
+        if isinstance(value, float) and not math.isfinite(value):
             return bad
         if self.choices is not None and value not in self.choices:
             return bad
@@ -96,6 +101,13 @@ class Param:
         if self.high is not None and value > self.high:
             return bad
         return None
+
+    def read(self, value: Any) -> Any:
+        """``value`` as YAML 1.2 reads it, for the readers of YAML text (sweep files, CLI flags): for a
+        float Param, a number's text (``1e-3``) becomes the float; anything else stays as it is."""
+        if self.kind is float and isinstance(value, str) and _FLOAT_TEXT.fullmatch(value):
+            return float(value)
+        return value
 
     def check(self, owner: str, value: Any) -> Any:
         """``value`` in its canonical type (an int given for a float becomes a float), or ValueError."""
@@ -111,6 +123,13 @@ class Param:
         if self.kind == RATE:
             return value.strip().lower()
         return value
+
+
+def _as_float(value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float's range: as far out of range as inf
+        return math.inf
 
 
 def _pieces(value: Any, depth: int = 0) -> Iterator[str]:

@@ -9,7 +9,7 @@
 // an aligned run of them. A tensor below SPAN is one subtree padded further with zeros: its
 // root plus +0.0, the same bits (every node is >= +0 or NaN). The sign bits are written in the same
 // pass (two bytes a thread): x is read once. signsgd's max |sign| goes as a flag per subtree
-// (0, 1 nonzero, 2 NaN) through the same arrays.
+// (0, 1 nonzero, 2 Inf, 3 NaN) through the same arrays.
 
 #define SG_SIGN_MAX 0
 #define SG_L1_MEAN 1
@@ -56,7 +56,7 @@ signs_bits(const float* __restrict__ x, long long n, int kind, int vec, double* 
             u32 flag = 0;
 #pragma unroll
             for (int t = 0; t < SG_PER_THREAD; ++t) {
-                const u32 f = isnan(v[t]) ? 2u : (v[t] != 0.0f ? 1u : 0u);
+                const u32 f = isnan(v[t]) ? 3u : (isinf(v[t]) ? 2u : (v[t] != 0.0f ? 1u : 0u));
                 flag = f > flag ? f : flag;
             }
             flag = lp_block_max(flag);
@@ -89,7 +89,9 @@ signs_scale(const double* __restrict__ partials, long long spans, long long n, i
             flag = f > flag ? f : flag;
         }
         flag = lp_block_max(flag);
-        if (threadIdx.x == 0) scale[0] = flag == 2 ? __uint_as_float(0x7FC00000u) : (flag ? 1.0f : 0.0f);
+        if (threadIdx.x == 0)
+            scale[0] = flag == 3 ? __uint_as_float(0x7FC00000u)
+                     : flag == 2 ? __uint_as_float(0x7F800000u) : (flag ? 1.0f : 0.0f);
         return;
     }
     const i64 size = lp_pow2_ceil(spans);

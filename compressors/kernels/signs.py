@@ -40,13 +40,16 @@ def _tree(x, kind):
 
 @njit(**INLINE)
 def _sign_max(x):
-    """max |sign(x_i)|: NaN if an entry is NaN, else 1 if one is nonzero, else 0."""
+    """max |sign(x_i)| with sign(+-inf) = inf: NaN if an entry is NaN, else Inf if one is +-Inf, else 1 if
+    one is nonzero, else 0."""
     found = F32(0.0)
     for i in range(x.size):
         v = x[i]
         if np.isnan(v):
             return F32(np.nan)
-        if v != F32(0.0):
+        if np.isinf(v):
+            found = F32(np.inf)
+        elif v != F32(0.0) and found == F32(0.0):
             found = F32(1.0)
     return found
 

@@ -9,9 +9,13 @@ ring all_reduce sends 2(p-1)/p of the buffer each way per rank, the buffer's
 full size with two hosts. That is TCP goodput: with a 1500-byte MTU at most
 1448/1514 = 0.956 of the rate tbf is given.
 
-The buffer is sized to take about half a second at the requested rate (1-64
-MiB), after one warm-up all_reduce; the figure is the median of the repeats,
-each timed on the slower rank. Then the latency per message (the performance
+The buffer takes about half a second at the requested rate, at least 1 MiB
+but never more than 2 s at the rate (a few bytes to 64 MiB), so a calibration
+ends within seconds from 8kbit to 100gbit. The warm-up all_reduce before the
+repeats also carries the links' tbf burst, which passes at the veths' own
+speed: the repeats then start with the token buckets empty and show the rate
+however small the buffer is against the burst. The figure is the median of the
+repeats, each timed on the slower rank. Then the latency per message (the performance
 model's alpha, orchestrator.predict.perfmodel): the median of timed all_reduces of one
 float, which with two ranks are two messages in turn, halved.
 """
@@ -32,10 +36,11 @@ from typing import Any
 
 from compressors.core.params import rate_bps
 
-from .netns import Network
+from .netns import Network, burst_bytes
 
 MIB = 1024**2
 _SECONDS = 0.5  # a transfer this long at the requested rate shows the shaping, not the start-up
+_MAX_SECONDS = 2.0  # the longest transfer at a low rate (1 MiB at 8kbit would take 17 minutes)
 _BYTES_RANGE = (1 * MIB, 64 * MIB)
 _TIMEOUT_S = 120.0
 _LATENCY_REPEATS = 21
@@ -45,8 +50,14 @@ def buffer_bytes(rate: str | None) -> int:
     """All_reduce size for a calibration at ``rate`` (None: unshaped, the largest)."""
     if rate is None:
         return _BYTES_RANGE[1]
-    wanted = int(rate_bps(rate) / 8 * _SECONDS)
-    return min(_BYTES_RANGE[1], max(_BYTES_RANGE[0], wanted // 4 * 4))
+    per_second = rate_bps(rate) / 8
+    wanted = max(per_second * _SECONDS, min(_BYTES_RANGE[0], per_second * _MAX_SECONDS))
+    return max(4, min(_BYTES_RANGE[1], int(wanted) // 4 * 4))
+
+
+def warm_up_bytes(rate: str | None) -> int:
+    """The warm-up all_reduce's size: the buffer and, on shaped links, the tbf burst it empties."""
+    return buffer_bytes(rate) + (burst_bytes(rate) // 4 * 4 if rate is not None else 0)
 
 
 def calibrate(network: Network, rates: list[str | None], repeats: int = 3) -> list[dict[str, Any]]:
@@ -109,8 +120,9 @@ def _measure(network: Network, store: str, rank: int, rates: list[str | None],
             if rank == 0:
                 network.shape(rate) if rate is not None else network.unshape()
             nbytes = buffer_bytes(rate)
+            # warm-up: gloo's connections and buffers, the new qdiscs' full token buckets
+            dist.all_reduce(torch.ones(warm_up_bytes(rate) // 4, dtype=torch.float32))
             buffer = torch.ones(nbytes // 4, dtype=torch.float32)
-            dist.all_reduce(buffer)  # warm-up: gloo's connections and buffers, the new qdisc's queue
             times = []
             for _ in range(repeats):
                 dist.barrier()

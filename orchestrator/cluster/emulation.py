@@ -10,10 +10,13 @@ put them on one host and bypass the links). The head offers one more CPU than
 the others for the Tune trial functions.
 
 The cluster's state (hosts, addresses, namespace inodes, calibrations, who owns
-it) is a JSON file under ``STATE_ROOT/<prefix>/``; ``down`` ends every process
-in the cluster's namespaces by PID, found by namespace inode even after a crash,
-then removes the namespaces and the folder. The Ray address is reachable only
-from inside the emulated hosts: drivers run in host 0 (``command``).
+it) is a JSON file under ``STATE_ROOT/<prefix>/``, claimed before anything is
+made (one cluster per prefix) and updated as each namespace is made. ``down``
+touches only what that file recorded: it ends the processes in the recorded
+namespaces by PID (found by namespace inode, even after a crash), removes the
+namespaces that still have their recorded inode, then the folder. The Ray
+address is reachable only from inside the emulated hosts: drivers run in host 0
+(``command``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from compressors.core.params import rate_bps
+from compressors.core.params import RATE, Param, rate_bps
 
 from . import netns
 from .calibrate import calibrate
@@ -53,7 +56,35 @@ _STOP_WAIT_S = 10.0
 # ~/.ray/auth_token exists; nodes and drivers must agree, so it is off inside the emulation.
 BASE_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "GLOO_SOCKET_IFNAME": "eth0",
             "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
-ENV_VAR = "LOWPREC_EMULATION"  # set in drivers started by `command`: the prefix of their cluster
+# The prefix of their cluster, in every process the cluster starts (Ray nodes, drivers, workers): tells ours
+# from others' in a namespace whose name is gone, whose inode the kernel may have reused.
+ENV_VAR = "LOWPREC_EMULATION"
+BANDWIDTH = Param("bandwidth", None, RATE)  # the command line's and `up`'s: no null
+
+
+def folder_of(prefix: str) -> Path:
+    """The state folder of the cluster with ``prefix``; ValueError where ``prefix`` is not a cluster's name (a path
+    or a pattern must never reach the file system or the namespaces)."""
+    problem = netns.prefix_problem(prefix)
+    if problem:
+        raise ValueError(f"prefix {problem}, got {prefix!r}")
+    return STATE_ROOT / prefix
+
+
+def rate_text(bps: float) -> str:
+    """A measured rate for people: 7.61 kbit/s, 95.1 Mbit/s, 9.41 Gbit/s."""
+    for scale, unit in ((1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s")):
+        if bps >= scale:
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.3g} bit/s"
+
+
+def _check_rate(rate: str) -> str:
+    """``rate`` as tc writes it, or ValueError naming the valid range."""
+    problem = BANDWIDTH.problem(rate)
+    if problem:
+        raise ValueError(f"bandwidth {problem}, got {rate!r}")
+    return BANDWIDTH.check("bandwidth", rate)
 
 
 @dataclasses.dataclass
@@ -63,8 +94,8 @@ class Cluster:
     prefix: str
     subnet: str
     hosts: int
-    bandwidth: str | None  # the rate the links are shaped to now
-    inodes: list[int]  # of every namespace, hosts first: finds our processes after a crash
+    bandwidth: str | None  # the rate the links are shaped to now; None while being shaped (or after that failed)
+    inodes: list[int]  # of every namespace made so far, in the order of ``network.names`` (hosts first)
     owner_pid: int | None = None  # a sweep that brought it up for itself; None: `cluster up`
     ray: bool = True
     calibrations: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by rate; "unshaped"
@@ -81,7 +112,7 @@ class Cluster:
 
     @property
     def folder(self) -> Path:
-        return STATE_ROOT / self.prefix
+        return folder_of(self.prefix)
 
     @property
     def temp_dir(self) -> Path:
@@ -99,29 +130,87 @@ class Cluster:
 
     def inside(self) -> bool:
         """Whether this process runs in the cluster's host 0 (where drivers run)."""
-        return netns.netns_inode("/proc/self/ns/net") == self.inodes[0]
+        return bool(self.inodes) and netns.netns_inode("/proc/self/ns/net") == self.inodes[0]
 
-    def save(self) -> None:
+    def _write(self, replace: bool) -> bool:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / "state.json"
-        tmp = path.with_suffix(".tmp")
+        tmp = self.folder / f"state.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(dataclasses.asdict(self), indent=1))
-        os.replace(tmp, path)
+        try:
+            if replace:
+                os.replace(tmp, path)
+                return True
+            os.link(tmp, path)  # creates the file whole, or fails where it exists
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
 
-    def shape(self, rate: str, recalibrate: bool = False) -> dict[str, Any] | None:
+    def save(self) -> None:
+        self._write(replace=True)
+
+    def claim(self) -> bool:
+        """Write the state file only where none exists: whether the prefix is now this cluster's."""
+        return self._write(replace=False)
+
+    def shape(self, rate: str, recalibrate: bool = False,
+              log: Callable[[str], None] = lambda _: None) -> dict[str, Any] | None:
         """Shape every link to ``rate`` (Ray keeps running); with ``recalibrate``, measure it anew
-        (also when a calibration at that rate exists). Returns the calibration at ``rate``, if any."""
-        rate_bps(rate)  # a bad rate fails before anything changes
-        if recalibrate and self.hosts >= 2:
-            self.calibrations[rate] = calibrate(self.network, [rate])[0]
-        else:
-            self.network.shape(rate)
-        self.bandwidth = rate
+        (also when a calibration at that rate exists). Returns the calibration at ``rate``, if any.
+
+        Refuses before anything changes a rate outside the valid range (ValueError) or one the unshaped
+        links could not carry (NetworkError), as ``up`` does. While tc changes the links the state names no
+        rate; after a failed calibration the links are shaped to ``rate`` all the same, so that the state
+        never names a rate tc does not have.
+        """
+        rate = _check_rate(rate)
+        problem = self.rate_problem(rate)
+        if problem:
+            raise NetworkError(problem)
+        _warn_headroom(self.calibrations, rate, log)
+        self.bandwidth = None
         self.save()
+        shaped = False
+        try:
+            if recalibrate and self.hosts >= 2:
+                self.calibrations[rate] = calibrate(self.network, [rate])[0]  # shapes the links itself
+                shaped = True
+        finally:
+            if not shaped:  # also where a calibration's ranks stopped before or while shaping
+                self.network.shape(rate)
+            self.bandwidth = rate
+            self.save()
         return self.calibrations.get(rate)
 
+    def rate_problem(self, rate: str) -> str | None:
+        """Why the links cannot emulate ``rate``: faster than they carried unshaped (None: they can, or no
+        unshaped calibration tells)."""
+        unshaped = self.calibrations.get("unshaped", {}).get("measured_bps")
+        if unshaped is not None and unshaped < rate_bps(rate):
+            return (f"this machine cannot emulate {rate}: unshaped, its links carried only {rate_text(unshaped)}; "
+                    "choose a lower bandwidth")
+        return None
+
+    def namespaces(self) -> dict[str, int]:
+        """The namespaces the state recorded: name, inode."""
+        return dict(zip(self.network.names, self.inodes))
+
+    def standing(self) -> list[str]:
+        """The recorded namespaces that exist under their name with their recorded inode."""
+        return [name for name, inode in self.namespaces().items()
+                if netns.netns_inode(netns.NETNS_DIR / name) == inode]
+
     def processes(self) -> list[int]:
-        return netns.processes(self.inodes)
+        """PIDs of the cluster's processes: every process in a recorded namespace that still stands; in one
+        whose name is gone, only those that carry the cluster's ``ENV_VAR`` (once a namespace is freed the
+        kernel may give its inode to a new one, not ours)."""
+        standing = set(self.standing())
+        named = [inode for name, inode in self.namespaces().items() if name in standing]
+        nameless = [inode for name, inode in self.namespaces().items() if name not in standing]
+        marked = [pid for pid in netns.processes(nameless) if _marked(pid, self.prefix)]
+        return sorted(set(netns.processes(named)) | set(marked))
 
     def summary(self) -> dict[str, Any]:
         """What a results folder records of the cluster its trials ran on."""
@@ -130,25 +219,39 @@ class Cluster:
                 else None, "calibrations": self.calibrations}
 
 
+def _marked(pid: int, prefix: str) -> bool:
+    """Whether process ``pid`` was started with ``ENV_VAR`` set to ``prefix``."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{ENV_VAR}={prefix}".encode() in environ.split(b"\0")
+
+
 def load(prefix: str = DEFAULT_PREFIX) -> Cluster | None:
-    """The cluster with ``prefix``, if its state file exists."""
-    path = STATE_ROOT / prefix / "state.json"
+    """The cluster with ``prefix``, if its state file exists (ValueError for a prefix that is no cluster's
+    name; NetworkError for a state file that cannot be read)."""
+    path = folder_of(prefix) / "state.json"
     try:
         return Cluster(**json.loads(path.read_text()))
     except FileNotFoundError:
         return None
+    except (ValueError, TypeError) as error:
+        raise NetworkError(f"the state of the emulated cluster {prefix!r} ({path}) cannot be read: {error}") from None
 
 
 def current() -> Cluster | None:
     """The emulated cluster whose host 0 this process runs in, as a driver started by ``command``."""
     prefix = os.environ.get(ENV_VAR)
-    cluster = load(prefix) if prefix else None
+    cluster = load(prefix) if prefix and netns.prefix_problem(prefix) is None else None
     return cluster if cluster is not None and cluster.inside() else None
 
 
 def find(address: str) -> Cluster | None:
     """The emulated cluster whose Ray head is at ``address`` (host:port), if any."""
     for path in sorted(STATE_ROOT.glob("*/state.json")):
+        if netns.prefix_problem(path.parent.name) is not None:
+            continue
         cluster = load(path.parent.name)
         if cluster is not None and cluster.ray and cluster.address == address:
             return cluster
@@ -171,40 +274,48 @@ def up(hosts: int, bandwidth: str, *, prefix: str = DEFAULT_PREFIX, subnet: str 
        ray: bool = True, owner_pid: int | None = None, log: Callable[[str], None] = print) -> Cluster:
     """Make ``hosts`` emulated hosts with links shaped to ``bandwidth``, calibrate, start Ray.
 
-    Refuses (NetworkError, having removed what it made) without root or tbf, when a cluster with
-    ``prefix`` is up (one left by a sweep that crashed is removed first), and when the unshaped links
-    are slower than ``bandwidth``; warns when they are less than ``HEADROOM`` times faster.
+    Refuses bad arguments (ValueError) before anything is made. Refuses (NetworkError, having removed what
+    it made and nothing else) without root or tbf, when a cluster with ``prefix`` is up (one left by a
+    sweep that crashed is removed first), and when the unshaped links are slower than ``bandwidth``; warns
+    when they are less than ``HEADROOM`` times faster.
     """
     problem = netns.problem()
     if problem:
         raise NetworkError(f"cannot emulate a cluster here: {problem}")
-    rate_bps(bandwidth)
+    bandwidth = _check_rate(bandwidth)
     network = Network(prefix, subnet, hosts)
-    old = load(prefix)
-    if old is not None:
-        if old.owner_pid is not None and not _alive(old.owner_pid):
+    cluster = Cluster(prefix, subnet, hosts, None, [], owner_pid=owner_pid, ray=ray,
+                      started_at=datetime.datetime.now().isoformat(timespec="seconds"))
+    if not cluster.claim():
+        old = load(prefix)
+        if old is not None and old.owner_pid is not None and not _alive(old.owner_pid):
             log(f"removing the emulated cluster {prefix!r} left by process {old.owner_pid}, which has ended")
-            down(prefix, log=log)
-        else:
-            owner = f"sweep process {old.owner_pid}" if old.owner_pid else "`lowprec cluster up`"
+            down(prefix, log=log, owner_pid=old.owner_pid)
+        if not cluster.claim():
+            old = load(prefix)
+            owner = ("another process" if old is None else f"sweep process {old.owner_pid}" if old.owner_pid
+                     else "`lowprec cluster up`")
             raise NetworkError(f"an emulated cluster with prefix {prefix!r} is up (started by {owner}): "
                                f"`lowprec cluster down --prefix {prefix}` first, or choose another --prefix")
     started = time.monotonic()
-    cluster = Cluster(prefix, subnet, hosts, None, [], owner_pid=owner_pid, ray=ray,
-                      started_at=datetime.datetime.now().isoformat(timespec="seconds"))
-    cluster.folder.mkdir(parents=True, exist_ok=True)
     try:
-        cluster.inodes = network.create()
-        cluster.save()  # from here on `down` finds everything
+        def record(inodes: list[int]) -> None:  # from here on `down` finds everything made
+            cluster.inodes = inodes
+            cluster.save()
+
+        network.create(record)
         if hosts >= 2:
             unshaped, shaped = calibrate(network, [None, bandwidth])
             cluster.calibrations = {"unshaped": unshaped, bandwidth: shaped}
             cluster.bandwidth = bandwidth
             cluster.save()
-            _check_headroom(unshaped["measured_bps"], bandwidth, log)
+            problem = cluster.rate_problem(bandwidth)
+            if problem:
+                raise NetworkError(problem)
+            _warn_headroom(cluster.calibrations, bandwidth, log)
             log(f"links: {bandwidth} each way (burst {netns.burst_bytes(bandwidth)} B); calibrated "
-                f"{shaped['measured_bps'] / 1e6:.1f} Mbit/s = {shaped['fraction']:.3f} of the rate "
-                f"(unshaped {unshaped['measured_bps'] / 1e9:.2f} Gbit/s)")
+                f"{rate_text(shaped['measured_bps'])} = {shaped['fraction']:.3f} of the rate "
+                f"(unshaped {rate_text(unshaped['measured_bps'])})")
         else:
             network.shape(bandwidth)
             cluster.bandwidth = bandwidth
@@ -215,18 +326,15 @@ def up(hosts: int, bandwidth: str, *, prefix: str = DEFAULT_PREFIX, subnet: str 
             f"{network.address(0)}..{network.address(hosts - 1)}" + (f", Ray at {cluster.address}" if ray else ""))
         return cluster
     except BaseException:
-        down(prefix, log=lambda _: None)
+        down(prefix, log=lambda _: None, owner_pid=owner_pid)
         raise
 
 
-def _check_headroom(unshaped_bps: float, bandwidth: str, log: Callable[[str], None]) -> None:
-    wanted = rate_bps(bandwidth)
-    if unshaped_bps < wanted:
-        raise NetworkError(f"this machine cannot emulate {bandwidth}: unshaped, its links carried only "
-                           f"{unshaped_bps / 1e9:.2f} Gbit/s; choose a lower bandwidth")
-    if unshaped_bps < HEADROOM * wanted:
-        log(f"warning: unshaped, the links carried {unshaped_bps / 1e9:.2f} Gbit/s, less than {HEADROOM:g}x "
-            f"{bandwidth}: under training's CPU load the machine, not the links, may set the pace")
+def _warn_headroom(calibrations: dict[str, dict[str, Any]], rate: str, log: Callable[[str], None]) -> None:
+    unshaped = calibrations.get("unshaped", {}).get("measured_bps")
+    if unshaped is not None and unshaped < HEADROOM * rate_bps(rate):
+        log(f"warning: unshaped, the links carried {rate_text(unshaped)}, less than {HEADROOM:g}x "
+            f"{rate}: under training's CPU load the machine, not the links, may set the pace")
 
 
 def _ray_binary() -> str:
@@ -251,38 +359,42 @@ def _start_ray(cluster: Cluster) -> None:
         else:
             argv = [ray, "start", "--address", cluster.address, "--node-ip-address", network.address(i),
                     "--num-cpus", str(_NODE_CPUS)]
-        done = subprocess.run(network.command(i, [*argv, *common, "--resources", resources], BASE_ENV),
+        done = subprocess.run(network.command(i, [*argv, *common, "--resources", resources],
+                                              {**BASE_ENV, ENV_VAR: cluster.prefix}),
                               capture_output=True, text=True)
         if done.returncode != 0:
             tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-3:]
             raise NetworkError(f"`ray start` in {network.host(i)} failed: {' '.join(tail)}")
 
 
-def down(prefix: str = DEFAULT_PREFIX, log: Callable[[str], None] = print) -> int:
-    """End every process of the cluster by PID, remove its namespaces and its folder; how many processes
-    were ended. Finds the namespaces by name where the state file is gone."""
+def down(prefix: str = DEFAULT_PREFIX, log: Callable[[str], None] = print, *,
+         owner_pid: int | None = None) -> int | None:
+    """End the cluster's processes by PID, remove its namespaces and its state folder; how many processes
+    were ended, or None where no cluster with ``prefix`` is recorded (with ``owner_pid``: none that
+    process brought up). Only what the state file recorded is touched: see ``Cluster.processes`` and
+    ``Network.delete``; a namespace not recorded there is left alone whatever its name."""
     cluster = load(prefix)
-    inodes = list(cluster.inodes) if cluster else []
-    names = sorted(p.name for p in netns.NETNS_DIR.glob(f"{prefix}-*")) if netns.NETNS_DIR.is_dir() else []
-    inodes += [netns.netns_inode(netns.NETNS_DIR / name) for name in names]
-    pids = netns.processes(inodes)
+    if cluster is None or (owner_pid is not None and cluster.owner_pid != owner_pid):
+        return None
+    problem = netns.problem()
+    if problem:
+        raise NetworkError(f"cannot bring the emulated cluster {prefix!r} down here: {problem}")
+    pids = cluster.processes()
     for pid in pids:
         _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + _STOP_WAIT_S
-    while netns.processes(inodes) and time.monotonic() < deadline:
+    while cluster.processes() and time.monotonic() < deadline:
         time.sleep(0.2)
     # Until none is left: a killed process lingers in /proc a moment, and one forked just before its
     # parent was listed for killing escapes that round.
     deadline = time.monotonic() + _STOP_WAIT_S
-    while (left := netns.processes(inodes)) and time.monotonic() < deadline:
+    while (left := cluster.processes()) and time.monotonic() < deadline:
         for pid in left:
             _signal(pid, signal.SIGKILL)
         time.sleep(0.1)
-    for name in names:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
-    shutil.rmtree(STATE_ROOT / prefix, ignore_errors=True)
-    if names or cluster:
-        log(f"emulated cluster {prefix!r} down: {len(pids)} process(es) ended, {len(names)} namespace(s) removed")
+    removed = cluster.network.delete(cluster.namespaces())
+    shutil.rmtree(cluster.folder, ignore_errors=True)
+    log(f"emulated cluster {prefix!r} down: {len(pids)} process(es) ended, {len(removed)} namespace(s) removed")
     return len(pids)
 
 
@@ -297,18 +409,21 @@ def status(prefix: str = DEFAULT_PREFIX) -> str:
     """Hosts, links, calibrations and processes of the cluster, as text."""
     cluster = load(prefix)
     if cluster is None:
-        return f"no emulated cluster with prefix {prefix!r} (state: {STATE_ROOT / prefix})"
-    lines = [f"emulated cluster {prefix!r}: {cluster.hosts} hosts, links {cluster.bandwidth} each way, "
+        return f"no emulated cluster with prefix {prefix!r} (state: {folder_of(prefix)})"
+    links = (f"links {cluster.bandwidth} each way" if cluster.bandwidth else "links at no recorded rate (being "
+             f"shaped, or that failed: `lowprec cluster shape RATE --prefix {prefix}`)")
+    lines = [f"emulated cluster {prefix!r}: {cluster.hosts} hosts, {links}, "
              f"started {cluster.started_at}" + (f" by sweep process {cluster.owner_pid}" if cluster.owner_pid else ""),
              f"Ray: {cluster.address}" if cluster.ray else "Ray: not started"]
-    missing = [name for name in cluster.network.names if name not in cluster.network.existing()]
+    standing = cluster.standing()
+    missing = [name for name in cluster.network.names if name not in standing]
     if missing:
         lines.append(f"missing namespaces: {', '.join(missing)} (`lowprec cluster down --prefix {prefix}`)")
     else:
         lines += cluster.network.qdiscs()
     for rate, result in cluster.calibrations.items():
         fraction = f" = {result['fraction']:.3f} of the rate" if "fraction" in result else ""
-        lines.append(f"calibration {rate}: {result['measured_bps'] / 1e6:.1f} Mbit/s{fraction} "
+        lines.append(f"calibration {rate}: {rate_text(result['measured_bps'])}{fraction} "
                      f"(all_reduce of {result['bytes']} B, median of {result['repeats']})")
     pids = cluster.processes()
     rss = 0

@@ -13,8 +13,8 @@ with a 128 KiB burst, 0.364 with 15 KB). tbf counts frames without the wire's
 preamble and gaps (~1.6% optimistic); latency cannot be added (no netem here).
 
 Deleting a namespace does not end the processes in it, so every namespace's
-inode is recorded when it is made and ``processes`` finds ours by it, also
-after a namespace is gone.
+inode is recorded as soon as it is made and ``processes`` finds ours by it
+(orchestrator.cluster.emulation decides which inodes are still ours).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +43,25 @@ class NetworkError(RuntimeError):
 def burst_bytes(rate: str) -> int:
     """tbf's burst for ``rate``: max(128 KiB, 1 ms at the rate)."""
     return max(MIN_BURST_BYTES, int(rate_bps(rate) / 8 / 1000))
+
+
+def prefix_problem(prefix: object) -> str | None:
+    """What is wrong with a cluster's prefix (None: nothing). It names namespaces, interfaces and the state
+    folder, so only a short name of lowercase letters and digits will do: never a path or a pattern."""
+    if isinstance(prefix, str) and _PREFIX.fullmatch(prefix):
+        return None
+    return "must be a lowercase letter and up to 7 more lowercase letters or digits, like lp"
+
+
+def subnet_problem(subnet: object) -> str | None:
+    """What is wrong with the first three octets of a network's /24 (None: nothing)."""
+    try:
+        net = ipaddress.ip_network(f"{subnet}.0/24") if isinstance(subnet, str) else None
+    except ValueError:
+        net = None
+    if net is None or not net.subnet_of(BENCHMARK_NET):
+        return f"must be the first three octets of a /24 in {BENCHMARK_NET}: 198.18.0 .. 198.19.255"
+    return None
 
 
 def problem() -> str | None:
@@ -84,16 +103,10 @@ class Network:
     mtu: int = 1500
 
     def __post_init__(self) -> None:
-        if not _PREFIX.fullmatch(self.prefix):
-            raise ValueError(f"prefix {self.prefix!r} must be a lowercase letter and up to 7 lowercase letters "
-                             "or digits")
-        try:
-            net = ipaddress.ip_network(f"{self.subnet}.0/24")
-        except ValueError:
-            net = None
-        if net is None or not net.subnet_of(BENCHMARK_NET):
-            raise ValueError(f"subnet {self.subnet!r} must be the first three octets of a /24 in {BENCHMARK_NET} "
-                             "(198.18.0 .. 198.19.255)")
+        for name, value, problem in (("prefix", self.prefix, prefix_problem(self.prefix)),
+                                     ("subnet", self.subnet, subnet_problem(self.subnet))):
+            if problem:
+                raise ValueError(f"{name} {problem}, got {value!r}")
         if not 1 <= self.hosts <= 250:
             raise ValueError(f"hosts must be in [1, 250], got {self.hosts}")
 
@@ -116,22 +129,27 @@ class Network:
         """The namespaces of this network that exist now."""
         return [name for name in self.names if (NETNS_DIR / name).exists()]
 
-    def create(self) -> list[int]:
-        """Make the switch and the hosts with their unshaped links; the namespaces' inodes.
+    def create(self, made: Callable[[list[int]], None]) -> None:
+        """Make the hosts and the switch with their unshaped links. ``made`` is given the inodes of the
+        namespaces made so far (in the order of ``names``) as soon as each exists, to be recorded.
 
-        On a failure what was made is removed again and NetworkError says why.
+        On a failure the namespaces it made are removed again and NetworkError says why.
         """
         taken = self.existing()
         if taken:
-            raise NetworkError(f"namespace(s) {', '.join(taken)} exist already: another emulated cluster with "
-                               f"prefix {self.prefix!r} is up (`lowprec cluster down --prefix {self.prefix}`)")
+            raise NetworkError(f"namespace(s) {', '.join(taken)} exist already and no emulated cluster with prefix "
+                               f"{self.prefix!r} recorded them: choose another --prefix, or remove them "
+                               "(`ip netns del NAME`) if nothing uses them")
+        inodes: list[int] = []
         try:
-            _run(["ip", "netns", "add", self.switch])
+            for name in self.names:
+                _run(["ip", "netns", "add", name])
+                inodes.append(netns_inode(NETNS_DIR / name))
+                made(list(inodes))
             _run(["ip", "-n", self.switch, "link", "add", "br0", "type", "bridge"])
             _run(["ip", "-n", self.switch, "link", "set", "br0", "mtu", str(self.mtu), "up"])
             for i in range(self.hosts):
                 host = self.host(i)
-                _run(["ip", "netns", "add", host])
                 _run(["ip", "-n", host, "link", "set", "lo", "up"])
                 _run(["ip", "link", "add", "eth0", "netns", host, "mtu", str(self.mtu), "type", "veth",
                       "peer", "name", f"p{i}", "netns", self.switch, "mtu", str(self.mtu)])
@@ -139,9 +157,8 @@ class Network:
                 _run(["ip", "-n", host, "link", "set", "eth0", "up"])
                 _run(["ip", "-n", self.switch, "link", "set", f"p{i}", "master", "br0", "up"])
         except NetworkError:
-            self.delete()
+            self.delete(dict(zip(self.names, inodes)))
             raise
-        return [netns_inode(NETNS_DIR / name) for name in self.names]
 
     def shape(self, rate: str) -> None:
         """Limit every link to ``rate`` each way (replaces the qdiscs in place: connections survive)."""
@@ -167,10 +184,15 @@ class Network:
                 + _run(["ip", "netns", "exec", self.host(i), "tc", "qdisc", "show", "dev", "eth0"]).strip()
                 for i in range(self.hosts)]
 
-    def delete(self) -> None:
-        """Remove the namespaces that exist (their processes must be ended first: see ``processes``)."""
-        for name in self.existing():
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    def delete(self, recorded: Mapping[str, int | None]) -> list[str]:
+        """Remove the namespaces of ``recorded`` (name: inode) that still have that inode, and no other (their
+        processes must be ended first: see ``processes``); the names removed."""
+        removed = []
+        for name, inode in recorded.items():
+            if inode is not None and netns_inode(NETNS_DIR / name) == inode:
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
+                removed.append(name)
+        return removed
 
     def command(self, i: int, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
         """``argv`` run in host i with ``env`` added to the caller's environment."""

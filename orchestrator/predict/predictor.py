@@ -25,6 +25,7 @@ calibrated links (the results export's ``predicted_step_time_s``, and the valida
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -50,7 +51,7 @@ from compressors.comm import collectives
 from . import perfmodel
 from ..study.labels import config_label, config_labels
 from .profile import Profile, profile
-from ..study.records import read_records
+from ..study.records import read_records, write_atomic
 
 DEFAULT_BUCKET_CAP_MB = 25
 CACHE_DIR = "predict_cache"
@@ -81,6 +82,13 @@ _WORKLOAD_KEYS = ("dataset", "model", "batch_size", "optimizer", "min_compress_n
 
 Trials = list[tuple[dict[str, Any], pd.Series]]  # (record, trials.csv row) of each finished trial
 
+MAX_WORKERS = 65_536  # predict's --num_workers: beyond any cluster modelled, and sra's chunks stay cheap to count
+# What the model reads of trials.csv: each configuration's one-worker times, then what its trials reached
+# (time_to_accuracy_s; steps_to_target and accuracy_delta where the table has them, unknown in older tables).
+PHASES = ("compute_s", "encode_s", "decode_s", "exposed_comm_s")
+_NEEDED = ("trial_id", *PHASES, "time_to_accuracy_s")
+_OUTCOME_NUMBERS = ("steps_to_target", "accuracy_delta")
+
 
 @dataclass(frozen=True)
 class Configuration:
@@ -105,7 +113,46 @@ def pairs(records: list[dict[str, Any]], table: pd.DataFrame) -> Trials:
 
 def read_trials(results: Path) -> Trials:
     """The finished trials of a results folder, read once."""
-    return pairs(read_records(results), pd.read_csv(results / "trials.csv"))
+    records = read_records(results)
+    return pairs(records, read_table(results, records))
+
+
+def read_table(results: Path, records: list[dict[str, Any]]) -> pd.DataFrame:
+    """``results``/trials.csv, checked against the trial ``records``: ValueError, one line saying how to rebuild
+    it, where it cannot be read, lacks a column the model reads, repeats a trial, or is older than the records.
+    Its numbers as floats: text or an empty cell is NaN, and a step count or an accuracy change that is not
+    finite is unknown."""
+    path = results / "trials.csv"
+    rebuild = f"rebuild it with `lowprec export {results}`"
+    try:
+        table = pd.read_csv(path, dtype={"trial_id": str})  # an id of digits only stays a string
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        first = (str(error).strip() or type(error).__name__).splitlines()[0]
+        raise ValueError(f"{path} cannot be read as a table ({first}): {rebuild}") from None
+    absent = [column for column in _NEEDED if column not in table.columns]
+    if absent:
+        raise ValueError(f"{path} has no column {', '.join(absent)}: {rebuild}")
+    repeated = table["trial_id"][table["trial_id"].duplicated()]
+    if len(repeated):
+        raise ValueError(f"{path} has more than one row for trial {repeated.iloc[0]}: {rebuild}")
+    ids = set(table["trial_id"])
+    missing = [r["trial_id"] for r in records if r["trial_id"] not in ids]
+    if missing:  # a run stopped between writing a record and the tables
+        raise ValueError(f"{results}: trials.csv has no row for {len(missing)} trial record(s) ({missing[0]}, ...): "
+                         f"{rebuild}")
+    if "status" in table.columns:  # a trial run again after the export (its record replaced)
+        status = table.set_index("trial_id")["status"]
+        stale = next((r for r in records if status[r["trial_id"]] != r["status"]), None)
+        if stale is not None:
+            raise ValueError(f"{path} is older than the trial records (trial {stale['trial_id']} is "
+                             f"{status[stale['trial_id']]} there, {stale['status']} in its record): {rebuild}")
+    for column in (*PHASES, "time_to_accuracy_s", *_OUTCOME_NUMBERS):
+        if column in table.columns:
+            table[column] = pd.to_numeric(table[column], errors="coerce").astype(float)
+    for column in _OUTCOME_NUMBERS:
+        if column in table.columns:
+            table[column] = table[column].where(table[column].abs() < math.inf)
+    return table
 
 
 def config_name(settings: dict[str, Any]) -> str:
@@ -133,13 +180,31 @@ def configurations(trials: Trials) -> tuple[list[Configuration], list[str]]:
     found = {}
     for key, runs in repeats.items():
         s = runs[0][0]
-        times = (statistics.median(float(row[phase]) for _, row in runs)
-                 for phase in ("compute_s", "encode_s", "decode_s", "exposed_comm_s"))
-        found[key] = Configuration(config_name(s), s, *times)
+        problem = _input_problem([row for _, row in runs])
+        if problem:
+            why[key] = problem
+            continue
+        found[key] = Configuration(config_name(s), s, *(statistics.median(float(row[phase]) for _, row in runs)
+                                                        for phase in PHASES))
     for record, _ in trials:
         if step_key(record["settings"]) not in found:
             why.setdefault(step_key(record["settings"]), "no finished one-worker trial")
     return list(found.values()), [f"{name}: {text}" for (_, name), text in why.items()]
+
+
+def _input_problem(rows: list[pd.Series]) -> str | None:
+    """Why one-worker trials' times cannot be the model's inputs (one is not a number, or a compute time is 0),
+    or None."""
+    for phase in PHASES:
+        least = "> 0" if phase == "compute_s" else ">= 0"
+        for row in rows:
+            try:
+                value = float(row[phase])
+            except (TypeError, ValueError):
+                value = math.nan
+            if not (math.isfinite(value) and (value > 0 if phase == "compute_s" else value >= 0)):
+                return f"its one-worker {phase} in trials.csv is {value:g}, not a number {least}"
+    return None
 
 
 def baseline(configs: list[Configuration], compressor: str, workload: str) -> Configuration | None:
@@ -312,18 +377,21 @@ def predict_step(step: Plan, p: int, link: perfmodel.Link, reduce: float) -> dic
             "messages": messages}
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file beside it: a reader, or a call running at the
-    same time, sees the old file or the new one, never a part. OSError where it cannot be written."""
+def check_writable(path: Path) -> None:
+    """OSError where ``write_atomic`` could not write ``path``: its folder cannot be made or written in (a
+    read-only file system, no permission, a file in the way), the name is too long, or a folder is there.
+    Makes the folder."""
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    for folder in (path.parent, *path.parent.parents):  # mkdir would say only "File exists"
+        if folder.exists():
+            if not folder.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, f"{folder} is not a folder", str(folder))
+            break
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    os.close(fd)
+    os.unlink(temporary)
 
 
 def _cached(path: Path, valid: Callable[[Any], Any]) -> Any:
@@ -332,6 +400,12 @@ def _cached(path: Path, valid: Callable[[Any], Any]) -> Any:
         return valid(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _cached_rate(data: dict[str, Any]) -> float | None:
+    """The cached reduction throughput; None (measure again) where it is not a positive number (an edit)."""
+    rate = float(data["reduce_bps"])
+    return rate if 0 < rate < math.inf else None
 
 
 def measured(results: Path, settings: dict[str, Any], prof: Profile | None = None) -> tuple[Profile, float, list[str]]:
@@ -345,13 +419,17 @@ def measured(results: Path, settings: dict[str, Any], prof: Profile | None = Non
     reduce_path = cache / "reduce.json"
     made: dict[Path, str] = {}
     if prof is None:
-        def read_profile(data: dict[str, Any]) -> Profile | None:  # a hash collision: another workload's
-            return Profile.from_json(data["profile"]) if data["workload"] == workload else None
+        def read_profile(data: dict[str, Any]) -> Profile | None:
+            # None (measure again) for another workload's (a hash collision), or times no step takes (an edit)
+            found = Profile.from_json(data["profile"])
+            times = [found.fwd_s, found.bwd_s, found.opt_s, *(ready for _, ready in found.params)]
+            usable = all(math.isfinite(t) and t >= 0 for t in times) and found.fwd_s + found.bwd_s + found.opt_s > 0
+            return found if usable and data["workload"] == workload else None
         prof = _cached(profile_path, read_profile)
         if prof is None:
             prof = profile(settings)
             made[profile_path] = json.dumps({"workload": workload, "profile": prof.to_json()})
-    reduce = _cached(reduce_path, lambda data: float(data["reduce_bps"]))
+    reduce = _cached(reduce_path, _cached_rate)
     if reduce is None:
         reduce = reduce_bps()
         made[reduce_path] = json.dumps({"reduce_bps": reduce})
@@ -377,11 +455,7 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     the steps to the target are unknown, and where the measured inputs were cached. ``prof``: the model's
     step profile (default: ``measured``'s)."""
     records = read_records(results)
-    csv = pd.read_csv(results / "trials.csv")
-    missing = [r["trial_id"] for r in records if r["trial_id"] not in set(csv["trial_id"])]
-    if missing:  # a run stopped between writing a record and the tables
-        raise ValueError(f"{results}: trials.csv has no row for {len(missing)} trial record(s) ({missing[0]}, ...): "
-                         f"rebuild it with `lowprec export {results}`")
+    csv = read_table(results, records)
     trials = pairs(records, csv)
     configs, skipped = configurations(trials)
     notes = [f"not predicted: {note}" for note in skipped]
@@ -391,7 +465,11 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
                          "(model, data, batch size, buckets); predict a folder of one workload")
     fp32 = baseline(configs, "fp32", configs[0].key[0]) if configs else None
     if fp32 is None:
-        raise ValueError(f"{results}: no finished one-worker fp32 trial (plain DDP): the baseline and the "
+        names = {config_name(r["settings"]) for r, _ in trials
+                 if r["settings"]["compressor"] == "fp32" and r["settings"]["algorithm"] == "allreduce"}
+        unusable = next((note for note in skipped if note.split(": ", 1)[0] in names), None)
+        raise ValueError(f"{results}: no finished one-worker fp32 trial (plain DDP)"
+                         f"{f' that can be used ({unusable})' if unusable else ''}: the baseline and the "
                          "compute time come from it")
     prof, reduce, cache_notes = measured(results, fp32.settings, prof)
     outcome_of = outcomes(records, csv)
@@ -412,7 +490,8 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
         out = step_at(config, bandwidth_bps)
         step = out["predicted_step_time_s"]
         outcome = outcome_of[config.key]
-        ratio = outcome_of[fp32.key].steps / outcome.steps if outcome.steps > 0 else math.nan
+        known = outcome.steps > 0 and outcome_of[fp32.key].steps > 0
+        ratio = outcome_of[fp32.key].steps / outcome.steps if known else math.nan
         even = math.nan
         if config is not fp32:
             def faster(bps: float, c: Configuration = config) -> bool:

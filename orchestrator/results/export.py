@@ -24,15 +24,14 @@ compute and exposed communication beside the hook's phases.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import TextIO
 
-import yaml
-
 from .plots import write_plots
 from ..predict.predictor import pairs, trial_predictions
-from ..study.records import read_records
+from ..study.records import atomic_path, folder_sweep, read_records, trials_dir, write_atomic
 from .summary import summary_markdown
 from .tables import history_table, trials_table
 
@@ -40,41 +39,57 @@ __all__ = ["export"]
 
 
 def export(results: Path) -> dict[str, Path]:
-    """Rebuild every table and plot of ``results`` from its trial records; returns the paths by name."""
+    """Rebuild every table and plot of ``results`` from its trial records; returns the paths by name.
+    Each file is replaced whole (orchestrator.study.records.atomic_path): where one cannot be written
+    (OSError), it and every file not written yet keep their old contents."""
     records = read_records(results)
     history = history_table(records)
     trials = trials_table(records, history)
-    environment = results / "environment.json"
-    cpu_count = json.loads(environment.read_text()).get("cpu_count") if environment.is_file() else None
-    predicted = trial_predictions(pairs(records, trials), cpu_count=cpu_count)
+    predicted = trial_predictions(pairs(records, trials), cpu_count=_cpu_count(results))
     trials["predicted_step_time_s"] = trials["trial_id"].map(
         {k: v["predicted_step_time_s"] for k, v in predicted.items()}).astype(float)
     written = {name: results / name for name in ("trials.csv", "trials.parquet", "history.csv", "summary.md")}
-    trials.to_csv(written["trials.csv"], index=False)
-    # parquet needs one type per column: settings may mix None with numbers or strings
-    trials.convert_dtypes().to_parquet(written["trials.parquet"], index=False)
-    history.to_csv(written["history.csv"], index=False)
+    with atomic_path(written["trials.csv"]) as temporary:
+        trials.to_csv(temporary, index=False)
+    with atomic_path(written["trials.parquet"]) as temporary:
+        # parquet needs one type per column: settings may mix None with numbers or strings
+        trials.convert_dtypes().to_parquet(temporary, index=False)
+    with atomic_path(written["history.csv"]) as temporary:
+        history.to_csv(temporary, index=False)
     title = sweep_name(results)
     for path in write_plots(trials, history, results / "plots", title):
         written[f"plots/{path.name}"] = path
     figure = "plots/answer.png" if "plots/answer.png" in written else None
-    written["summary.md"].write_text(summary_markdown(trials, title, figure))
+    write_atomic(written["summary.md"], summary_markdown(trials, title, figure))
     return written
 
 
-def sweep_name(results: Path) -> str:
-    """The sweep's name, from the copy of its file in the folder (else the folder's name)."""
+def _cpu_count(results: Path) -> int | None:
+    """The cores of the machine that ran the trials, from environment.json; None (with a warning) where
+    it cannot be read: the predictions then go without it."""
+    environment = results / "environment.json"
+    if not environment.is_file():
+        return None
     try:
-        name = yaml.safe_load((results / "sweep.yaml").read_text()).get("name")
-    except (OSError, yaml.YAMLError, AttributeError):
-        name = None
-    return name if isinstance(name, str) and name else results.name
+        count = json.loads(environment.read_text()).get("cpu_count")
+    except (OSError, ValueError, AttributeError, RecursionError) as error:
+        print(f"warning: ignoring unreadable {environment}: {error}", file=sys.stderr, flush=True)
+        return None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
 
 
-def export_or_warn(results: Path, stream: TextIO = sys.stdout) -> None:
-    """Rebuild the tables after a run; a failure (an unwritable file, say) loses nothing: the records stay."""
+def sweep_name(results: Path) -> str:
+    """The sweep's name, as the folder records it (else the folder's name)."""
+    return folder_sweep(results) or results.name
+
+
+def export_or_warn(results: Path, stream: TextIO | None = None) -> None:
+    """Rebuild the tables after a run; a failure (an unwritable file, a full disk) loses nothing: the
+    records stay, and so do the tables written before."""
     try:
         export(results)
     except Exception as error:
-        print(f"warning: could not write the tables of {results}: {error!r}; the trial records are safe in "
-              f"{results / 'trials'}: fix the cause, then run `lowprec export {results}`", file=stream, flush=True)
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else repr(error)
+        print(f"warning: could not write the tables of {results}: {reason}; the trial records are safe in "
+              f"{trials_dir(results)}: fix the cause, then run `lowprec export {shlex.quote(str(results))}`",
+              file=sys.stdout if stream is None else stream, flush=True)

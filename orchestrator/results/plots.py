@@ -33,6 +33,7 @@ import pandas as pd
 
 from compressors.core.params import rate_bps
 
+from ..study.records import atomic_path
 from .summary import study_line
 from .tables import config_labels, numeric, step_time_table
 
@@ -77,10 +78,11 @@ def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path, title
         figure = draw()
         figure.suptitle(heading, fontsize=9, y=1.02)
         path = folder / name
-        tmp = folder / f".{name}.tmp.png"
-        figure.savefig(tmp, dpi=110, bbox_inches="tight")
-        plt.close(figure)
-        tmp.replace(path)
+        try:
+            with atomic_path(path) as temporary:
+                figure.savefig(temporary, format="png", dpi=110, bbox_inches="tight")
+        finally:
+            plt.close(figure)
         paths.append(path)
     return paths
 

@@ -81,20 +81,27 @@ def cpu_ticks(stat: str = "/proc/stat") -> CpuTicks | None:
 
 
 def _share(start: CpuTicks | None, end: CpuTicks | None, part: str) -> float:
-    if start is None or end is None or end.all <= start.all:
+    if start is None or end is None:
         return math.nan
-    return (getattr(end, part) - getattr(start, part)) / (end.all - start.all)
+    total = end.all - start.all
+    # The kernel counts CPU time in clock ticks (USER_HZ, 100 a second on each core): steps shorter than
+    # one tick can see none pass, and nothing was counted as stolen or idle. iowait may also run
+    # backwards on a tickless kernel, so the share is kept within [0, 1].
+    if total <= 0:
+        return 0.0
+    return min(max((getattr(end, part) - getattr(start, part)) / total, 0.0), 1.0)
 
 
 def steal_share(start: CpuTicks | None, end: CpuTicks | None) -> float:
-    """The share of all CPU time between two ``cpu_ticks`` that the hypervisor stole: 0 on bare metal,
-    NaN where it cannot be read or no tick passed."""
+    """The share of all CPU time between two ``cpu_ticks`` that the hypervisor stole: 0 on bare metal and
+    where no clock tick passed; NaN only where /proc/stat cannot be read."""
     return _share(start, end, "stolen")
 
 
 def idle_share(start: CpuTicks | None, end: CpuTicks | None) -> float:
     """The share of all CPU time between two ``cpu_ticks`` that no process wanted: near 0 where the
-    cores are the bottleneck; NaN where it cannot be read or no tick passed."""
+    cores are the bottleneck; 0 where no clock tick passed (nothing was counted idle); NaN only where
+    /proc/stat cannot be read."""
     return _share(start, end, "idle")
 
 

@@ -27,9 +27,12 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -41,7 +44,8 @@ from .sweep_file import Sweep, training_settings
 from ..cluster.emulation import HEADROOM, HOST_RESOURCE, Cluster
 from .placement import placement_problem
 from .progress import Progress
-from .records import finished_ids, make_record, write_record
+from .records import (atomic_path, claim, finished_ids, folder_problem, make_record, read_records, retire,
+                      trials_dir, write_atomic, write_record)
 
 # On small machines each Ray Train report waits for the next health check (default 2 s).
 # Ray Train's PreemptionWatcher is one more actor process per trial (~2.5 CPU-s of imports, just as
@@ -50,15 +54,21 @@ from .records import finished_ids, make_record, write_record
 _RAY_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 _OBJECT_STORE_BYTES = 256 * 1024**2  # trials exchange only metrics; keep local Ray small
 _TRIAL_CPUS = 0.01  # the Tune trial only waits on its TorchTrainer
+_JOIN_TIMEOUT_S = 10.0  # a cluster to join that accepts no connection in this long is not there
 
 
 class Unplaceable(RuntimeError):
     """A trial's workers can never be placed on the cluster as it is."""
 
 
+class RayUnreachable(RuntimeError):
+    """No Ray cluster answers at the address to join."""
+
+
 class ResultsExist(RuntimeError):
-    """The results folder already holds trials of this sweep and ``resume`` was not asked for,
-    or another run holds it."""
+    """The results folder cannot take this run: it already holds trials of this sweep and ``resume`` was
+    not asked for, another run holds it, or it is not a folder this sweep may write
+    (orchestrator.study.records.folder_problem)."""
 
 
 def _lock(results: Path) -> TextIO:
@@ -83,52 +93,71 @@ def _lock(results: Path) -> TextIO:
 
 def run_sweep(sweep: Sweep, results: str | os.PathLike, *, address: str | None = None,
               resume: bool = False, max_concurrent_trials: int | None = None,
-              stream: TextIO = sys.stdout, emulation: Cluster | None = None,
+              stream: TextIO | None = None, emulation: Cluster | None = None,
               refresh: Callable[[Path], Any] | None = None) -> tuple[Path, int]:
     """Run the trials of ``sweep`` not finished yet; returns the results folder and how many
     trials are still unfinished (nonzero only when the sweep was interrupted). ``emulation``: the
     emulated cluster this driver runs in (its Ray is the one joined); ``refresh(results)`` runs after
-    each trial's record is written (the CLI rebuilds the tables there)."""
+    each trial's record is written (the CLI rebuilds the tables there). OSError where the folder
+    cannot be written."""
     results = Path(results).resolve()
+    problem = folder_problem(results, sweep.name)
+    if problem:
+        raise ResultsExist(problem)
     results.mkdir(parents=True, exist_ok=True)
     lock = _lock(results)
     try:
+        problem = folder_problem(results, sweep.name)  # again, now that no other run can change it
+        if problem:
+            raise ResultsExist(problem)
+        claim(results, sweep.name)
         return _run_locked(sweep, results, address, resume, max_concurrent_trials, stream, emulation, refresh)
     finally:
         lock.close()
 
 
 def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
-                max_concurrent_trials: int | None, stream: TextIO,
+                max_concurrent_trials: int | None, stream: TextIO | None,
                 emulation: Cluster | None, refresh: Callable[[Path], Any] | None) -> tuple[Path, int]:
-    done = finished_ids(results)
-    if done and not resume:
-        raise ResultsExist(f"{results} already holds {len(done)} finished trial(s) of this sweep: "
-                           "pass --resume to run only the others, or choose another --results folder")
+    grid = {trial["trial_id"] for trial in sweep.trials}
+    recorded = {record["trial_id"] for record in read_records(results)}
+    done, others = recorded & grid, sorted(recorded - grid)
+    if (done or others) and not resume:
+        raise ResultsExist(_holds(results, len(done), len(others)))
     copy = results / "sweep.yaml"
-    if not (copy.exists() and copy.samefile(sweep.path)):  # `run results/x/sweep.yaml --resume`
-        shutil.copyfile(sweep.path, copy)
+    edited_in_place = copy.exists() and copy.samefile(sweep.path)  # `run results/x/sweep.yaml --resume`
+    retired = retire(results, others, sweep.name, keep_sweep_file=not edited_in_place) if others else None
+    if not edited_in_place:
+        with atomic_path(copy) as temporary:
+            shutil.copyfile(sweep.path, temporary)
     todo = [trial for trial in sweep.trials if trial["trial_id"] not in done]
-    progress = Progress(total=len(sweep.trials), finished=len(sweep.trials) - len(todo), stream=stream)
+    progress = Progress(total=len(sweep.trials), finished=len(sweep.trials) - len(todo),
+                        stream=sys.stdout if stream is None else stream)  # sys.stdout as it is now
+    if retired is not None:
+        progress.note(f"note: {len(others)} record(s) of trials this sweep no longer has (it changed since they "
+                      f"ran) moved from {trials_dir(results)} to {retired}, with the sweep file they ran from; "
+                      f"the tables here hold this sweep's trials only (`lowprec export "
+                      f"{shlex.quote(str(retired))}` rebuilds theirs)")
     if not todo:
         progress.note(f"nothing to run: every trial has a record in {results / 'trials'}")
         return results, 0
 
-    if emulation is not None:
-        _calibrate(emulation, todo, progress)
-        address = emulation.address
-    _start_ray(address, sweep.cluster, emulation)
-    import ray
-    from ray import tune
-
-    logging.getLogger("ray.tune.execution.tune_controller").addFilter(_NoTrialTracebacks())
-    logging.getLogger("ray.tune.tune").addFilter(_NoTuneResumeAdvice())
+    restore_sigterm = _sigterm_as_ctrl_c()
     try:
+        if emulation is not None:
+            _calibrate(emulation, todo, progress)
+            address = emulation.address
+        _start_ray(address, sweep.cluster, emulation)
+        import ray
+        from ray import tune
+
+        logging.getLogger("ray.tune.execution.tune_controller").addFilter(_NoTrialTracebacks())
+        logging.getLogger("ray.tune.tune").addFilter(_NoTuneResumeAdvice())
         environment = env_info.collect()
         environment["ray_cluster_resources"] = ray.cluster_resources()
         if emulation is not None:
             environment["emulation"] = emulation.summary()
-        (results / "environment.json").write_text(json.dumps(environment, indent=1))
+        write_atomic(results / "environment.json", json.dumps(environment, indent=1))
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         run = {
             "sweep": sweep.name,
@@ -139,6 +168,7 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
                                                           "cpu_count": os.cpu_count()},
         }
         progress.note(f"running {len(todo)} trial(s) of {sweep.name}; results in {results}")
+        recorder = _recorder(results, progress, emulation, refresh)
         tuner = tune.Tuner(
             tune.with_resources(_run_trial, {"cpu": _TRIAL_CPUS}),
             param_space={"trial": tune.grid_search(todo), "run": run},
@@ -153,18 +183,36 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
             run_config=tune.RunConfig(
                 name=f"tune-{stamp}",
                 storage_path=str(results / "ray"),
-                callbacks=[_recorder(results, progress, emulation, refresh)],
+                callbacks=[recorder],
+                stop=recorder.stopper,  # ends the sweep when a record cannot be written
                 verbose=0,  # our Progress prints one line per event instead
             ),
         )
         tuner.fit()
+    except KeyboardInterrupt:
+        pass  # Ctrl-C or SIGTERM before Tune took them over (Ray starting), or a second one: counted below
     finally:
-        ray.shutdown()
+        _stop_ray()
+        restore_sigterm()
     unfinished = len([t for t in todo if t["trial_id"] not in finished_ids(results)])
     if unfinished:
         progress.note(f"interrupted: {unfinished} trial(s) not finished; to run them: "
-                      f"lowprec run {sweep.path} --results {results} --resume")
+                      f"{resume_command(sweep.path, results)}")
     return results, unfinished
+
+
+def resume_command(sweep_file: Path, results: Path) -> str:
+    """The command that runs the trials of a sweep without a record, quoted for a POSIX shell."""
+    return shlex.join(["lowprec", "run", str(sweep_file), "--results", str(results), "--resume"])
+
+
+def _holds(results: Path, done: int, others: int) -> str:
+    """Why a run without --resume does not write into ``results``, which holds records."""
+    held = [f"{done} finished trial(s) of this sweep"] if done else []
+    held += [f"{others} record(s) of trials this sweep does not have (an earlier version of it)"] if others else []
+    moved = f" (moving the {others} record(s) it does not have to {results / 'retired'})" if others else ""
+    return (f"{results} already holds {' and '.join(held)}: pass --resume to run only this sweep's unfinished "
+            f"trials{moved}, or choose another --results folder")
 
 
 def trial_dirname(trial: dict[str, Any]) -> str:
@@ -194,12 +242,17 @@ def _calibrate(emulation: Cluster, todo: list[dict[str, Any]], progress: Progres
 def _start_ray(address: str | None, cluster: dict[str, Any], emulation: Cluster | None = None) -> None:
     """Join ``address`` (or RAY_ADDRESS, set by ``ray job submit``), else start a local Ray that
     listens on 127.0.0.1 only. Call before anything imports ray (the local address is read then).
-    On an emulated cluster, wait until every host's node is alive."""
+    On an emulated cluster, wait until every host's node is alive. RayUnreachable where no cluster
+    answers at the address; KeyboardInterrupt, with no Ray of this run left running, where Ctrl-C or
+    SIGTERM came while Ray started."""
     os.environ.update(_RAY_ENV)
     # Old Tune output engine: it honours verbose=0 (the new one still prints boxes).
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    source = "--address" if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS")
-    if not address:
+    if address:
+        _check_answers(address, source)
+    else:
         # Ray's node address is the loopback one where Ray clusters are off (as on macOS): then
         # every server of a local Ray, its metrics endpoints too, listens on 127.0.0.1 only.
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -215,18 +268,128 @@ def _start_ray(address: str | None, cluster: dict[str, Any], emulation: Cluster 
         env_vars["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = str(cluster["placement_timeout_s"])
     runtime_env = {"env_vars": env_vars}
     if address:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+        # An interrupt here stops ray.init (it may wait minutes for a cluster that does not answer as one).
+        try:
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+        except ConnectionError as error:  # ray.init found no cluster ("auto"), or gave up on the address
+            raise RayUnreachable(f"cannot join the Ray cluster at {address} ({source}): "
+                                 f"{str(error).strip().splitlines()[0].rstrip('.')}") from None
         if emulation is not None:
             _wait_for_nodes(emulation.hosts)
+        return
+    # An interrupt inside ray.init leaves a half-started Ray (processes no one shuts down, at times a
+    # crash at exit): it waits until ray.init returns (Ray bounds its start), then what started is shut down.
+    with _HeldSignals() as held:
+        try:
+            ray.init(
+                address="local",  # a new Ray even where `ray start` left a cluster address behind
+                object_store_memory=_OBJECT_STORE_BYTES,
+                include_dashboard=_dashboard_installed(),
+                dashboard_host="127.0.0.1",
+                runtime_env=runtime_env,
+                log_to_driver=False,  # worker logs stay in the Ray session's log folder
+            )
+        except Exception:
+            if not held.received:  # after an interrupt, what failed is the interrupt's doing
+                raise
+    if held.received:
+        _stop_ray()
+        raise KeyboardInterrupt
+
+
+def _check_answers(address: str, source: str, timeout_s: float = _JOIN_TIMEOUT_S) -> None:
+    """RayUnreachable unless something accepts a connection within ``timeout_s`` at ``address`` (host:port, or
+    ray://host:port) and where ray.init connects for it (Ray replaces a loopback host with this node's
+    address): ray.init retries an address where nothing listens for many minutes. Other forms ("auto",
+    other protocols) are left to ray.init."""
+    where = f"{address} ({source})"
+    problem = _no_answer(address.removeprefix("ray://"), timeout_s)
+    if problem is None and "://" not in address:
+        from ray._private.services import canonicalize_bootstrap_address  # Ray 2.60: what ray.init does
+
+        try:
+            target = canonicalize_bootstrap_address(address)
+        except (ConnectionError, ValueError) as error:
+            target, problem = None, str(error).strip().splitlines()[0].rstrip(".")
+        if target and target != address:
+            where = f"{address} ({source}; Ray connects to {target})"
+            problem = _no_answer(target, timeout_s)
+    if problem:
+        raise RayUnreachable(f"cannot join the Ray cluster at {where}: {problem}; start it (`ray start --head`) "
+                             "or correct the address")
+
+
+def _no_answer(address: str, timeout_s: float) -> str | None:
+    """Why nothing at ``address`` (host:port; other forms pass) accepts a TCP connection, or None."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not (host and port.isdigit()):
+        return None
+    if not 0 < int(port) < 65536:
+        return "the port must be in [1, 65535]"
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except TimeoutError:
+        return f"no answer within {timeout_s:g} s"
+    except ConnectionRefusedError:
+        return "nothing listens there (connection refused)"
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
+
+
+class _HeldSignals:
+    """Within it, Ctrl-C and SIGTERM are held: ``received`` says whether one came. Their handlers stay as
+    they were, also where the code inside sets its own (ray.init's SIGTERM handler exits on the spot)."""
+
+    _HELD = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self) -> "_HeldSignals":
+        self.received = False
+        self._previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():  # only the main thread has handlers
+            self._previous = {signum: signal.signal(signum, self._hold) for signum in self._HELD}
+            self._set_handler, signal.signal = signal.signal, self._keep
+        return self
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        self.received = True
+
+    def _keep(self, signum: int, handler: Any) -> Any:
+        return self._hold if signum in self._HELD else self._set_handler(signum, handler)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous:
+            signal.signal = self._set_handler
+            for signum, handler in self._previous.items():  # None: a handler not set from Python
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def _sigterm_as_ctrl_c() -> Callable[[], None]:
+    """Make SIGTERM (a scheduler, `kill`) act as Ctrl-C: Tune stops the trials and the resume command is
+    printed, where Ray's handler would dump a crash report. Returns what puts the handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, _as_ctrl_c)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _as_ctrl_c(signum: int, frame: Any) -> None:
+    """What Ctrl-C does now: Tune's handler while it runs trials, else KeyboardInterrupt (also where Ctrl-C
+    is ignored, as in a background job)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
     else:
-        ray.init(
-            address="local",  # a new Ray even where `ray start` left a cluster address behind
-            object_store_memory=_OBJECT_STORE_BYTES,
-            include_dashboard=_dashboard_installed(),
-            dashboard_host="127.0.0.1",
-            runtime_env=runtime_env,
-            log_to_driver=False,  # worker logs stay in the Ray session's log folder
-        )
+        raise KeyboardInterrupt
+
+
+def _stop_ray() -> None:
+    """Shut down this process's Ray (a local one ends; a joined cluster goes on), with Ctrl-C and SIGTERM held:
+    interrupted, ray.shutdown leaves processes behind."""
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        with _HeldSignals():
+            ray.shutdown()
 
 
 def _wait_for_nodes(count: int, timeout_s: float = 60.0) -> None:
@@ -373,14 +536,28 @@ def _train_worker(config: dict[str, Any]) -> None:
 def _recorder(results: Path, progress: Progress, emulation: Cluster | None = None,
               refresh: Callable[[Path], Any] | None = None) -> Any:
     """A Tune callback that keeps each trial's epochs and writes its record when it ends, with the
-    calibration of its links on an emulated cluster."""
+    calibration of its links on an emulated cluster. Where a record cannot be written (a full disk), it
+    warns, records nothing more, and its ``stopper`` (a Tune stopper) ends the sweep: the trials without a
+    record run on resume."""
     from ray import tune
+
+    class Stop(tune.Stopper):
+        def __init__(self, recorder: Any) -> None:
+            self.recorder = recorder
+
+        def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+            return False
+
+        def stop_all(self) -> bool:
+            return self.recorder.stopped
 
     class Recorder(tune.Callback):
         def __init__(self) -> None:
             self.history: dict[str, list[dict[str, Any]]] = {}
             self.attempts: dict[str, int] = {}
             self.outcome: dict[str, dict[str, Any]] = {}
+            self.stopped = False
+            self.stopper = Stop(self)
 
         def on_trial_start(self, iteration, trials, trial, **info):
             self.history[trial.trial_id] = []
@@ -407,23 +584,39 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
                          outcome.get("worker_node_ips", "").split() or None)
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            self._finish(trial, "failed", _error_reason(trial))
-            progress.note(f"traceback of {_trial_name(trial)}: {trial.error_file}")
+            # Tune's error file lies in Ray's temporary folder: the record keeps its text.
+            text = _error_text(trial)
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            reason = lines[-1] if lines else "the trial failed without an error message"
+            path = self._finish(trial, "failed", reason, traceback=text or None)
+            if path is not None and text:
+                progress.note(f"traceback of {_trial_name(trial)}: in its record {path} (\"traceback\")")
 
         def _finish(self, trial, status: str, reason: str | None, model_summary: dict | None = None,
-                    worker_node_ips: list[str] | None = None) -> None:
+                    worker_node_ips: list[str] | None = None, traceback: str | None = None) -> Path | None:
             history = self.history.pop(trial.trial_id, [])
             attempts = self.attempts.pop(trial.trial_id, 0)
-            write_record(results, make_record(trial.config["trial"], status, reason, history, model_summary,
-                                              attempts=attempts, worker_node_ips=worker_node_ips,
-                                              link=_link(emulation, trial.config["trial"])))
-            progress.finished_trial(_trial_name(trial), status, reason, history)
-            if refresh is None:
-                return
+            if self.stopped:  # the sweep is ending: this trial runs again on resume
+                return None
             try:
-                refresh(results)
+                path = write_record(results, make_record(
+                    trial.config["trial"], status, reason, history, model_summary, attempts=attempts,
+                    worker_node_ips=worker_node_ips, link=_link(emulation, trial.config["trial"]),
+                    traceback=traceback))
+            except OSError as error:
+                self.stopped = True
+                progress.note(f"warning: could not write the record of {_trial_name(trial)} in "
+                              f"{trials_dir(results)}: {error.strerror or error}; stopping the sweep (the records "
+                              "written so far are safe)")
+                return None
+            progress.finished_trial(_trial_name(trial), status, reason, history)
+            try:
+                if refresh is not None:
+                    refresh(results)
             except Exception as error:  # keep the sweep running; the record is safe on disk
-                progress.note(f"warning: could not rebuild the tables yet: {error!r}")
+                cause = error.strerror if isinstance(error, OSError) and error.strerror else repr(error)
+                progress.note(f"warning: could not rebuild the tables yet: {cause}")
+            return path
 
     return Recorder()
 
@@ -438,12 +631,13 @@ def _link(emulation: Cluster | None, trial: dict[str, Any]) -> dict[str, Any] | 
             "calibrated_latency_s": calibration.get("latency_s")}
 
 
-def _error_reason(trial: Any) -> str:
-    """The last line of the trial's traceback (Tune writes it before calling back): the exception."""
+def _error_text(trial: Any) -> str:
+    """The trial's traceback (Tune writes its error file before calling back); empty where there is none."""
     path = Path(trial.error_file) if trial.error_file else None
-    text = path.read_text() if path and path.is_file() else ""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "the trial failed without an error message"
+    try:
+        return path.read_text(errors="replace") if path and path.is_file() else ""
+    except OSError:
+        return ""
 
 
 class _NoTuneResumeAdvice(logging.Filter):
@@ -455,7 +649,7 @@ class _NoTuneResumeAdvice(logging.Filter):
 
 
 class _NoTrialTracebacks(logging.Filter):
-    """Tune logs every failed trial's full traceback; Progress prints its reason and error file."""
+    """Tune logs every failed trial's full traceback; Progress prints its reason, its record keeps the traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith("Trial task failed")

@@ -25,16 +25,30 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+import torch
+
 import compressors
 import workloads
 from compressors.core.params import RATE, SEED, Param
+
+# The most trials a sweep may expand to: each is a dict in memory and a record on disk, and a grid of
+# millions took minutes and gigabytes before failing.
+MAX_TRIALS = 100_000
+# torch's optimizers apply lr and weight_decay as float32 scalars (Adam divides lr by its first bias
+# correction, 1 - 0.9, first): beyond float32's 3.4e38 torch refuses the step itself. Up to this bound a
+# step that overflows leaves a non-finite weight, and the trial ends diverged.
+OPTIMIZER_SCALAR_MAX = 1e37
+# Ray takes the wait for a placement group as an int64 of seconds (1e300 cannot be passed on); past
+# this (11.6 days) null, waiting forever, says it.
+PLACEMENT_TIMEOUT_MAX_S = 1_000_000
 
 SWEEP: tuple[Param, ...] = (
     Param("name", None, str, doc="required; names the results folder: at most 100 letters, digits, '-', '_', '.'; "
                                  "not '.' or '..'"),
     Param("baselines", True, bool, doc="add the fp32 and fp16 baselines to the compressors"),
     Param("max_concurrent_trials", 1, int, low=1, doc="trials that run at the same time (timing studies: 1)"),
-    Param("max_trials", 10_000, int, low=1, doc="a grid of more trials is refused before it is expanded"),
+    Param("max_trials", 10_000, int, low=1, high=MAX_TRIALS,
+          doc="a grid of more trials is refused before it is expanded"),
 )
 
 CLUSTER: tuple[Param, ...] = (
@@ -44,7 +58,7 @@ CLUSTER: tuple[Param, ...] = (
     Param("cpus_per_worker", 1.0, float, low=0, low_open=True, doc="CPUs Ray reserves for each worker"),
     Param("gpus_per_worker", 1.0, float, low=0, low_open=True, doc="GPUs Ray reserves for each worker (use_gpu)"),
     Param("max_failures", 0, int, low=-1, doc="Ray Train worker-group restarts per trial; -1 = forever"),
-    Param("placement_timeout_s", 600.0, float, low=0, low_open=True, nullable=True,
+    Param("placement_timeout_s", 600.0, float, low=0, low_open=True, high=PLACEMENT_TIMEOUT_MAX_S, nullable=True,
           doc="seconds a trial's workers may wait for resources before it fails (with max_concurrent_trials "
               "> 1 the wait for other trials counts); null: wait as long as it takes"),
     Param("emulate", None, dict, nullable=True,
@@ -80,9 +94,9 @@ _TRAINING: tuple[Param, ...] = (
     Param("epochs", 1, int, low=1, high=100_000, doc="passes over the training data"),
     Param("batch_size", 64, int, low=1, doc="samples per step on each worker"),
     Param("optimizer", "sgd", str, choices=("sgd", "adam"), doc="torch.optim.SGD or torch.optim.Adam"),
-    Param("lr", 0.05, float, low=0, low_open=True, doc="learning rate"),
+    Param("lr", 0.05, float, low=0, low_open=True, high=OPTIMIZER_SCALAR_MAX, doc="learning rate"),
     Param("momentum", None, float, low=0, high=1, nullable=True, doc="sgd's momentum (null: 0.9); not with adam"),
-    Param("weight_decay", 0.0, float, low=0, doc="L2 penalty, as the optimizer applies it"),
+    Param("weight_decay", 0.0, float, low=0, high=OPTIMIZER_SCALAR_MAX, doc="L2 penalty, as the optimizer applies it"),
     Param("warmup_epochs", 0, int, low=0, doc="first epochs in fp32 before the compressor takes over; < epochs"),
     Param("target_accuracy", None, float, low=0, high=1, low_open=True, nullable=True,
           doc="test accuracy whose first crossing gives time_to_accuracy_s (required in a sweep)"),
@@ -167,6 +181,10 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
         for p in every:
             if settings.get(p.name) is not None and p.name not in taken:
                 yield p.name, f"{owner} {settings[owner]!r} takes no option {p.name!r}"
+    if settings["dataset"] == "synthetic" and settings.get("input_shape") is not None:
+        problem = _input_problem(settings["model"], tuple(settings["input_shape"]))
+        if problem:
+            yield "input_shape", problem
     if settings.get("data_dir") is not None and workloads.DATA_DIR[settings["dataset"]] is None:
         yield "data_dir", f"dataset {settings['dataset']!r} reads no files; leave data_dir unset"
     if settings.get("data_dir") is None and workloads.DATA_DIR[settings["dataset"]] == "required":
@@ -191,6 +209,18 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
                             + (", ".join(valid) if valid else "none (it runs its own communication hook)"))
 
 
+@functools.cache
+def _input_problem(model: str, input_shape: tuple[int, ...]) -> str | None:
+    """What ``model`` says of samples of ``input_shape`` (None: it takes them); built on the meta device,
+    which allocates nothing."""
+    try:
+        with torch.device("meta"):
+            workloads.build_model(model, input_shape, 2)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
 def check_training(given: dict[str, Any]) -> dict[str, Any]:
     """The full training-loop settings from ``given`` (defaults filled), or ValueError naming the setting.
 
@@ -207,6 +237,13 @@ def check_training(given: dict[str, Any]) -> dict[str, Any]:
     for key, message in relation_problems(config):
         raise ValueError(f"setting {key}: {message}")
     return config
+
+
+def read_compressor_params(compressor: str, given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` as YAML 1.2 reads it (``Param.read``: ``1e-3`` a float), for parameters written as YAML text;
+    unknown names are left to ``compressor_params_of`` to name."""
+    declared = {p.name: p for p in compressors.params_of(compressor)}
+    return {key: declared[key].read(value) if key in declared else value for key, value in given.items()}
 
 
 def compressor_params_of(compressor: str, given: dict[str, Any]) -> dict[str, Any]:

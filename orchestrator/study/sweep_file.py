@@ -29,7 +29,8 @@ the parameters and settings that tell it from the others, num_workers, seed),
 ``trial_id`` (a hash of the settings, stable across runs so ``--resume``
 recognises finished trials) and every setting of ``settings.TRIAL_KEYS``;
 ``compressor_params`` is a dict of the compressor's own parameters (its
-defaults filled), a namespace apart from the workload's settings.
+defaults filled), a namespace apart from the workload's settings; ``data_dir``
+has ``~`` expanded (a relative one stays relative to where the sweep runs).
 """
 
 from __future__ import annotations
@@ -221,6 +222,7 @@ class _Checker:
             raise self.fail(line, f"unknown key {_short(key)} in {where}{suggestion}")
 
     def value(self, param: Param, value: Any, where: str, line: int) -> Any:
+        value = param.read(value)
         problem = param.problem(value)
         if problem:
             raise self.fail(line, f"{where} {problem}, got {_short(value)}")
@@ -411,10 +413,15 @@ def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], 
                         }
                         settings = {key: settings[key] for key in schema.TRIAL_KEYS}
                         data_dir = settings["data_dir"]
-                        if data_dir is not None and not Path(data_dir).expanduser().is_dir():
-                            line = entry.line if "data_dir" in overrides else lines.get("data_dir", entry.line)
-                            raise check.fail(line, f"data_dir {short_repr(data_dir)} is not a folder here "
-                                                   f"(relative to {Path.cwd()})")
+                        if data_dir is not None:
+                            # Trials run elsewhere: they get ~ expanded here. A relative folder stays as
+                            # written (the runner joins it to this folder), so trial ids do not depend on
+                            # where the sweep runs.
+                            data_dir = settings["data_dir"] = os.path.expanduser(data_dir)
+                            if not Path(data_dir).is_dir():
+                                line = entry.line if "data_dir" in overrides else lines.get("data_dir", entry.line)
+                                raise check.fail(line, f"data_dir {short_repr(data_dir)} is not a folder here "
+                                                       f"(relative to {Path.cwd()})")
                         for key, message in schema.relation_problems(settings):
                             if key in overrides or key not in lines:
                                 raise check.fail(entry.line, f"{entry.where}: {key}: {message}")

@@ -292,7 +292,7 @@ def _flag_type(key: str) -> Callable[[str], Any]:
 
     def parse(text: str) -> Any:
         try:
-            value = yaml.safe_load(text)
+            value = param.read(yaml.safe_load(text))
         except yaml.YAMLError:
             value = text
         problem = param.problem(value)
@@ -322,10 +322,21 @@ def _parse_args(argv: list[str] | None) -> dict[str, Any]:
     args = vars(parser.parse_args(argv))
     out = args.pop("json")
     config = {k: v for k, v in args.items() if v is not None}
+    if config.get("compressor_params"):  # YAML text too, read as a sweep file's compressor entry is
+        compressor = config.get("compressor", settings.param("compressor").default)
+        config["compressor_params"] = settings.read_compressor_params(compressor, config["compressor_params"])
     try:
         settings.check_training(config)
     except ValueError as error:
         parser.error(str(error))
+    if out is not None:  # found now, not after the training
+        folder = os.path.dirname(out) or "."
+        if os.path.isdir(out) or not os.path.basename(out):
+            parser.error(f"argument --json: cannot write {out!r}: not a file name")
+        if not os.path.isdir(folder):
+            parser.error(f"argument --json: cannot write {out!r}: no folder {folder!r}")
+        if not os.access(out if os.path.exists(out) else folder, os.W_OK):
+            parser.error(f"argument --json: cannot write {out!r}: permission denied")
     return {"config": config, "json": out}
 
 

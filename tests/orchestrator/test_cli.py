@@ -77,3 +77,90 @@ def test_run_as_a_ray_job_refuses_a_relative_or_missing_results(tmp_path, monkey
     assert _job_results_problem(tmp_path / "r", "t") is None
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR")
     assert _job_results_problem(Path("r"), "t") is None and _job_results_problem(None, "t") is None
+
+
+# ---------------------------------------------------------------- results folders that are not ours to write
+
+
+def test_run_refuses_a_folder_that_is_not_a_results_folder_and_touches_nothing(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from orchestrator.cli import main
+
+    sweep = write(tmp_path, HEADER + "sweep:\n  num_workers: 1\n", "t.yaml")
+    theirs = tmp_path / "mine"
+    theirs.mkdir()
+    files = {"sweep.yaml": b"name: mine\n", "trials.csv": b"a,b\n1,2\n", "summary.md": b"# mine\n",
+             "plots/answer.png": b"\x89PNG mine"}
+    for name, data in files.items():
+        (theirs / name).parent.mkdir(exist_ok=True)
+        (theirs / name).write_bytes(data)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    cases = {theirs: f"error: {theirs} is not empty and is not a results folder of lowprec (no .lowprec or trials/ in "
+                     "it): choose a new or empty folder, so nothing of yours is overwritten\n",
+             Path("/"): "error: / is the filesystem root: give --results a folder of its own (default: "
+                        "results/<sweep name>)\n",
+             home: f"error: {home} is the home folder: give --results a folder of its own (default: "
+                   "results/<sweep name>)\n"}
+    for folder, message in cases.items():
+        for resume in ([], ["--resume"]):
+            assert main(["run", str(sweep), "--results", str(folder), *resume]) == 2
+            assert capsys.readouterr().err == message
+    assert {p.relative_to(theirs).as_posix(): p.read_bytes() for p in theirs.rglob("*") if p.is_file()} == files
+    assert list(home.iterdir()) == []
+
+
+def test_results_that_are_a_file_or_cannot_be_written_exit_2_in_one_line(tmp_path, monkeypatch, capsys):
+    import errno
+    import os
+
+    from orchestrator.cli import main
+    from tests.helpers import finished_sweep
+
+    sweep, results = finished_sweep(tmp_path)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for folder, message in ((a_file, f"{a_file} is a file, not a folder"),
+                            (a_file / "r", f"{a_file / 'r'} cannot be made: {a_file} is a file, not a folder")):
+        assert main(["run", str(sweep.path), "--results", str(folder)]) == 2
+        assert capsys.readouterr().err == f"error: {message}\n"
+    assert main(["export", str(a_file)]) == 2
+    assert capsys.readouterr().err == f"error: {a_file} has no trials/ folder of trial records\n"
+
+    def read_only(*args):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(os, "replace", read_only)  # the folder turns read-only after the checks
+    assert main(["run", str(sweep.path), "--results", str(results), "--resume"]) == 2
+    assert capsys.readouterr().err == (f"error: cannot write the results in {results}: Read-only file system "
+                                       f"({results / '.lowprec'})\n")
+    assert main(["export", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: could not write the tables of {results}: Read-only file system "
+                          f"({results / 'trials.csv'}); the trial records are safe in {results / 'trials'}")
+    assert err.count("\n") == 1
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as a read-only filesystem says before writing
+    for argv in (["run", str(sweep.path), "--results", str(results), "--resume"], ["export", str(results)]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == (f"error: {results} cannot be written (a read-only filesystem, or no "
+                                           "permission)\n")
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_joined_emulated_cluster_refuses_a_rate_its_links_cannot_carry_before_ray_starts(tmp_path):
+    from types import SimpleNamespace
+
+    from orchestrator.cli import _emulation_problem
+    from orchestrator.cluster.emulation import Cluster
+    from orchestrator.study.sweep_file import load_sweep
+
+    sweep = load_sweep(write(tmp_path, HEADER + "sweep: {bandwidth: [100mbit, 10gbit]}\n"))
+    carried = {"unshaped": {"measured_bps": 2e9}}
+    cluster = SimpleNamespace(hosts=2, calibrations=carried,
+                              rate_problem=lambda rate: Cluster.rate_problem(SimpleNamespace(calibrations=carried), rate))
+    assert _emulation_problem(sweep, cluster, None).startswith("this machine cannot emulate 10gbit: unshaped, "
+                                                               "its links carried only 2")
+    sweep = load_sweep(write(tmp_path, HEADER + "sweep: {bandwidth: [100mbit]}\n", "ok.yaml"))
+    assert _emulation_problem(sweep, cluster, None) is None

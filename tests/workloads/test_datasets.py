@@ -165,6 +165,26 @@ def test_mnist_label_out_of_range(tmp_path):
         build_dataset("mnist", data_dir=tmp_path)
 
 
+@pytest.mark.parametrize("split", ["train", "t10k"])
+def test_mnist_without_images_names_the_file(tmp_path, split):
+    write_mnist_dir(tmp_path, np.random.default_rng(7), **{"n_train" if split == "train" else "n_test": 0})
+    images = tmp_path / f"{split}-images-idx3-ubyte{'.gz' if split == 'train' else ''}"
+    with pytest.raises(DatasetFormatError) as err:
+        build_dataset("mnist", data_dir=tmp_path)
+    assert str(err.value) == f"{images}: no images (header shape [0, 28, 28])"
+
+
+def test_mnist_header_whose_size_overflows_int64_is_a_format_error(tmp_path):
+    write_mnist_dir(tmp_path, np.random.default_rng(8))
+    path = tmp_path / "t10k-images-idx3-ubyte"
+    # 2**31 x 2**31 x 2**31 bytes: 2**93, which int64 arithmetic wraps to 0, the data found
+    path.write_bytes(struct.pack(">BBBB3I", 0, 0, 0x08, 3, 2**31, 2**31, 2**31))
+    with pytest.raises(DatasetFormatError) as err:
+        build_dataset("mnist", data_dir=tmp_path)
+    assert str(err.value) == (f"{path}: truncated: header shape [2147483648, 2147483648, 2147483648] needs "
+                              f"{2**93} data bytes, found 0")
+
+
 # ---------------------------------------------------------------- CIFAR-10
 
 

@@ -155,6 +155,19 @@ def test_build_model_errors(name, shape, options, message):
         build_model(name, shape, 10, **options)
 
 
+@pytest.mark.parametrize("name, smallest", [("lenet5", 12), ("alexnet", 7)])
+def test_convnets_refuse_images_smaller_than_they_take(name, smallest):
+    for shape in [(1, smallest - 1, 28), (3, 32, smallest - 1)]:
+        with pytest.raises(ValueError) as err:
+            build_model(name, shape, 10)
+        assert str(err.value) == (f"model {name!r} needs images of at least {smallest}x{smallest} pixels, "
+                                  f"got input_shape {list(shape)}")
+    torch.manual_seed(0)
+    model = build_model(name, (1, smallest, smallest), 10).eval()
+    with torch.no_grad():
+        assert model(torch.randn(2, 1, smallest, smallest)).shape == (2, 10)
+
+
 def test_none_options_mean_defaults():
     with torch.device("meta"):
         model = build_model("resnet20", [3, 32, 32], 10, width=None, depth=None)

@@ -20,10 +20,15 @@ def test_signsgd_sends_the_signs(impl):
     out = roundtrip(c, x)
     assert torch.equal(out, torch.where(x >= 0, 1.0, -1.0))  # sign(0) goes as +1
     assert torch.equal(roundtrip(c, torch.zeros(4, 5)), torch.zeros(4, 5))  # no nonzero entry: scale 0
-    x[3, 4] = math.nan
-    assert bool(roundtrip(c, x).isnan().all())
-    inf = torch.tensor([math.inf, -math.inf, 2.0])
-    assert roundtrip(c, inf).tolist() == [1.0, -1.0, 1.0]
+
+
+def test_signsgd_nonfinite_input_decodes_nonfinite(impl):
+    # the tensor is signsgd's one block: an Inf makes its scale Inf, a NaN (even beside an Inf) NaN
+    c = C.get("signsgd", impl=impl)
+    assert roundtrip(c, torch.tensor([math.inf, -2.0, 0.0, 3.0])).tolist() == [math.inf, -math.inf, math.inf, math.inf]
+    assert roundtrip(c, torch.tensor([1.0, -math.inf, -2.0])).tolist() == [math.inf, -math.inf, -math.inf]
+    for x in (torch.tensor([1.0, math.nan, -2.0]), torch.tensor([math.inf, math.nan, -math.inf])):
+        assert bool(roundtrip(c, x).isnan().all())
 
 
 @pytest.mark.parametrize("name", ["efsignsgd", "scaledsign"])

@@ -1,5 +1,6 @@
 """Choosing an implementation (compressors/core/base.py): ``impl`` checked against the codec's kernels,
-Numba by default on the CPU, CUDA only where CuPy and a CUDA tensor are; ``decode(add=True)`` needs ``out``.
+Numba by default on the CPU, CUDA only where CuPy and a CUDA tensor are; ``decode(add=True)`` needs ``out``;
+meta tensors are refused.
 """
 from __future__ import annotations
 
@@ -43,3 +44,15 @@ def test_the_cuda_impl_is_checked_where_it_cannot_run():
         compressors.get("fp16", impl="cuda")
     assert compressors.get("qsgd").uses_cuda("cpu") is False
     assert compressors.get("qsgd", impl="reference").uses_cuda("cuda") is False
+
+
+@pytest.mark.parametrize("impl", ["auto", "reference"])
+def test_meta_tensors_are_refused_with_a_clear_message(impl):
+    for name in COMPRESSORS:
+        codec = compressors.get(name, impl=impl)
+        payload = codec.encode(torch.ones(8))
+        for call in (lambda: codec.encode(torch.ones(8, device="meta")), lambda: codec.decode(payload.to("meta"))):
+            with pytest.raises(ValueError) as err:
+                call()
+            assert str(err.value) == (f"{name}: meta tensors have no data to encode or decode; "
+                                      "give a tensor on a real device")

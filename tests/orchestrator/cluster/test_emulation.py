@@ -1,16 +1,19 @@
 """The emulated cluster (orchestrator/cluster/emulation.py): what it refuses without root or with bad
-input (any user); links, Ray and a trial (root).
+input, what its state file lets `down` touch, what `shape` records when it fails (any user: the
+namespaces are stand-in files, the kernel calls recorded); links, Ray and a trial (root).
 
 The root tests bring up 2 hosts at 100mbit under their own prefix and subnet
 (``lpt``, 198.18.7.0/24), so a cluster of the user's is left alone, run one
 sweep of two 2-worker trials through the command line and bring it down again
-(about 2 minutes on the 2-core development machine). The network's names:
+(about 2 minutes on the 2-core development machine); and 2 hosts at 200kbit
+without Ray (``lpl``, 198.18.8.0/24) beside a namespace made by hand. The network's names:
 test_netns.py; an emulated cluster's sweep-file settings: tests/orchestrator/study/test_sweep_file.py.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -21,7 +24,7 @@ import pytest
 
 from compressors.core.params import rate_bps
 from orchestrator import cli
-from orchestrator.cluster import emulation, netns
+from orchestrator.cluster import calibrate, emulation, netns
 from orchestrator.cluster.netns import NetworkError
 from tests.helpers import ROOT, write
 
@@ -47,14 +50,177 @@ def test_a_bandwidth_without_an_emulated_cluster_is_refused_before_ray_starts(tm
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["cluster", "up", "--hosts", "1", "--bandwidth", "1gbit"], "--hosts must be >= 2"),
-    (["cluster", "up", "--hosts", "2", "--bandwidth", "fast"], "--bandwidth must be a rate"),
-    (["cluster", "shape", "1gbit", "--prefix", "lpnone"], "no emulated cluster with prefix 'lpnone'"),
+PREFIX_RULE = "must be a lowercase letter and up to 7 more lowercase letters or digits, like lp"
+RATE_RULE = "must be a rate from 8kbit to 100gbit, like 100mbit or 2.5gbit"
+
+
+@pytest.fixture
+def state_root(tmp_path, monkeypatch):
+    """The clusters' state under tmp_path/state, the named namespaces (stand-ins: files) under tmp_path/netns."""
+    monkeypatch.setattr(emulation, "STATE_ROOT", tmp_path / "state")
+    monkeypatch.setattr(netns, "NETNS_DIR", tmp_path / "netns")
+    (tmp_path / "netns").mkdir()
+    return tmp_path / "state"
+
+
+def recorded(prefix: str, hosts: int, names: dict[str, int | None], **fields) -> emulation.Cluster:
+    """A cluster's state file listing these namespaces: a stand-in file's inode, or an inode of no file."""
+    inodes = [netns.netns_inode(netns.NETNS_DIR / name) if inode is None else inode for name, inode in names.items()]
+    cluster = emulation.Cluster(prefix, "198.18.7", hosts, "1gbit", inodes, **fields)
+    cluster.save()
+    return cluster
+
+
+@pytest.mark.parametrize("action", [["up", "--hosts", "2", "--bandwidth", "1gbit"], ["shape", "1gbit"],
+                                    ["exec", "0", "true"], ["status"], ["down"]])
+@pytest.mark.parametrize("prefix", ["../x", "..", "qa?z", "*"])
+def test_every_verb_refuses_a_prefix_that_is_a_path_or_a_pattern(action, prefix, state_root, capsys):
+    beside = state_root.parent / "x"  # `down --prefix ../x` removed this folder
+    beside.mkdir()
+    (netns.NETNS_DIR / "qazz-h0").touch()  # a namespace made by hand that `qa?z` and `*` match
+    argv = ["cluster", action[0], "--prefix", prefix, *action[1:]]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == f"error: --prefix {PREFIX_RULE}, got {prefix!r}\n"
+    assert beside.is_dir() and (netns.NETNS_DIR / "qazz-h0").exists()
+    with pytest.raises(ValueError, match=f"^prefix {PREFIX_RULE}"):
+        emulation.down(prefix)
+
+
+def test_down_ends_only_recorded_processes_and_removes_only_recorded_namespaces(state_root, monkeypatch):
+    for name in ("qaz-h0", "qaz-sw", "qaz-h1", "qazz-h0", "qa-h0"):
+        (netns.NETNS_DIR / name).touch()
+    # qaz-h1 was removed and made again by hand: the record has the inode of ours, which is gone
+    cluster = recorded("qaz", 2, {"qaz-h0": None, "qaz-h1": 7, "qaz-sw": None})
+    inode = {name: netns.netns_inode(netns.NETNS_DIR / name) for name in ("qaz-h0", "qaz-h1", "qazz-h0", "qa-h0")}
+    # who is in which namespace: 11 in ours; 12 in the hand-made qaz-h1; 13 and 14 in our gone qaz-h1's inode,
+    # which the kernel may have given to someone else's (13 carries the cluster's mark, 14 does not); 15, 16 beside
+    table = {inode["qaz-h0"]: [11], inode["qaz-h1"]: [12], 7: [13, 14], inode["qazz-h0"]: [15], inode["qa-h0"]: [16]}
+    ended, deleted = [], []
+    monkeypatch.setattr(netns, "problem", lambda: None)
+    monkeypatch.setattr(netns, "processes",
+                        lambda inodes: sorted(p for i in inodes for p in table.get(i, []) if p not in ended))
+    monkeypatch.setattr(emulation, "_marked", lambda pid, prefix: pid == 13 and prefix == "qaz", raising=False)
+    monkeypatch.setattr(emulation, "_signal", lambda pid, sig: ended.append(pid))
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kwargs: deleted.append(argv[-1]))
+    assert cluster.processes() == [11, 13]
+    assert emulation.down("qaz", log=lambda _: None) == 2
+    assert sorted(set(ended)) == [11, 13]
+    assert deleted == ["qaz-h0", "qaz-sw"]
+    assert not (state_root / "qaz").exists()
+    assert emulation.down("qaz", log=lambda _: None) is None  # nothing recorded: nothing touched
+
+
+def test_the_cluster_mark_is_read_from_the_process_environment():
+    marked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                              env={**os.environ, emulation.ENV_VAR: "qaz"})
+    try:
+        assert emulation._marked(marked.pid, "qaz") and not emulation._marked(marked.pid, "qa")
+    finally:
+        marked.kill()
+        marked.wait()
+
+
+def test_a_refused_sweep_start_leaves_the_running_sweeps_cluster_alone(state_root, tmp_path, capsys, monkeypatch):
+    """A second sweep with cluster.emulate while one runs: refused, and the first one's cluster stays up."""
+    monkeypatch.delenv(emulation.ENV_VAR, raising=False)
+    monkeypatch.setattr(netns, "problem", lambda: None)
+    running = os.getppid()  # stands for the first sweep's process: alive, not this one
+    recorded(emulation.SWEEP_PREFIX, 2, {}, owner_pid=running)
+    touched = []
+    monkeypatch.setattr(netns, "processes", lambda inodes: touched.append(inodes) or [])
+    monkeypatch.setattr(emulation, "_signal", lambda pid, sig: touched.append(pid))
+    path = write(tmp_path, "name: emu\nworkload: {target_accuracy: 0.5, epochs: 1}\nbaselines: false\n"
+                           "cluster: {emulate: {hosts: 2, bandwidth: 1gbit}}\nsweep: {compressor: [fp32]}\n")
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        assert cli.main(["run", str(path), "--results", str(tmp_path / "results")]) == 1
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert capsys.readouterr().err == (f"error: an emulated cluster with prefix 'lpsweep' is up (started by sweep "
+                                       f"process {running}): `lowprec cluster down --prefix lpsweep` first, or "
+                                       f"choose another --prefix\n")
+    assert emulation.load(emulation.SWEEP_PREFIX).owner_pid == running and touched == []
+
+
+def test_calibration_transfers_take_at_most_two_seconds_at_the_rate():
+    """1 MiB three times at 200kbit took minutes and hit the calibration's 120 s timeout."""
+    sizes = {rate: calibrate.buffer_bytes(rate) for rate in ("8kbit", "200kbit", "4mbit", "10mbit", "100mbit")}
+    assert sizes == {"8kbit": 2000, "200kbit": 50_000, "4mbit": 1_000_000, "10mbit": 1024**2, "100mbit": 6_250_000}
+    for rate in ("8kbit", "9kbit", "200kbit", "1mbit", "8.3mbit", "10mbit", "1gbit", "100gbit"):
+        assert calibrate.buffer_bytes(rate) * 8 / rate_bps(rate) <= 2.0
+    # the warm-up also empties the links' token buckets, so the timed transfers show the rate
+    assert calibrate.warm_up_bytes("200kbit") == 50_000 + netns.burst_bytes("200kbit")
+
+
+def test_a_failed_calibration_leaves_the_state_naming_the_rate_tc_has(state_root, monkeypatch):
+    cluster = recorded("qaz", 2, {})
+    shaped, seen = [], []
+    monkeypatch.setattr(netns.Network, "shape", lambda network, rate: shaped.append(rate))
+
+    def failing(network, rates):
+        seen.append(emulation.load("qaz").bandwidth)
+        raise RuntimeError("link calibration between qaz-h0 and qaz-h1 failed: rank 0: timed out")
+
+    monkeypatch.setattr(emulation, "calibrate", failing)
+    with pytest.raises(RuntimeError, match="link calibration"):
+        cluster.shape("8kbit", recalibrate=True)
+    assert seen == [None]  # while tc changes, the state names no rate
+    assert shaped == ["8kbit"] and emulation.load("qaz").bandwidth == "8kbit"
+
+
+def test_a_shaping_that_fails_leaves_no_rate_in_the_state(state_root, monkeypatch):
+    cluster = recorded("qaz", 2, {})
+
+    def failing(network, rate):
+        raise NetworkError("`ip netns exec qaz-h1 tc qdisc replace ...` failed: Cannot open network namespace")
+
+    monkeypatch.setattr(netns.Network, "shape", failing)
+    with pytest.raises(NetworkError):
+        cluster.shape("8kbit")
+    assert emulation.load("qaz").bandwidth is None
+    assert "links at no recorded rate (being shaped, or that failed: `lowprec cluster shape RATE --prefix qaz`)" \
+        in emulation.status("qaz")
+
+
+def test_shape_refuses_a_rate_the_unshaped_links_could_not_carry_as_up_does(state_root, capsys, monkeypatch):
+    recorded("qaz", 2, {}, calibrations={"unshaped": {"measured_bps": 7e9}})
+    monkeypatch.setattr(netns.Network, "shape", lambda network, rate: pytest.fail("the links were re-shaped"))
+    assert cli.main(["cluster", "shape", "100gbit", "--prefix", "qaz"]) == 1
+    assert capsys.readouterr().err == ("error: this machine cannot emulate 100gbit: unshaped, its links carried "
+                                       "only 7 Gbit/s; choose a lower bandwidth\n")
+    assert emulation.load("qaz").bandwidth == "1gbit"
+
+
+@pytest.mark.parametrize("argv, status, message", [
+    (["up", "--hosts", "1", "--bandwidth", "1gbit"], 2, "--hosts must be an int in [2, 64], got 1"),
+    (["up", "--hosts", "251", "--bandwidth", "1gbit"], 2, "--hosts must be an int in [2, 64], got 251"),
+    (["up", "--hosts", "2", "--bandwidth", "fast"], 2, f"--bandwidth {RATE_RULE}, got 'fast'"),
+    (["up", "--hosts", "2", "--bandwidth", "7kbit"], 2, f"--bandwidth {RATE_RULE}, got '7kbit'"),
+    (["up", "--hosts", "2", "--bandwidth", "1gbit", "--subnet", "10.0.0"], 2,
+     "--subnet must be the first three octets of a /24 in 198.18.0.0/15: 198.18.0 .. 198.19.255, got '10.0.0'"),
+    (["shape", "200gbit", "--prefix", "qaz"], 2, f"RATE {RATE_RULE}, got '200gbit'"),
+    (["shape", "1gbit", "--prefix", "lpnone"], 1,
+     "no emulated cluster with prefix 'lpnone': `lowprec cluster up --prefix lpnone` first"),
+    (["exec", "0"], 2, "cluster exec needs a command: lowprec cluster exec [--prefix P] I CMD [ARG ...]"),
+    (["exec", "--prefix", "qaz", "2", "true"], 2, "I must be a host of the cluster 'qaz', in [0, 1], got 2"),
+    (["exec", "--prefix", "lpnone", "0", "true"], 1,
+     "no emulated cluster with prefix 'lpnone': `lowprec cluster up --prefix lpnone` first"),
 ])
-def test_cluster_commands_refuse_bad_input(argv, message, capsys):
-    assert cli.main(argv) in (1, 2)
-    assert message in capsys.readouterr().err
+def test_cluster_commands_exit_2_for_bad_input_and_1_when_they_cannot_act(argv, status, message, state_root,
+                                                                         capsys):
+    recorded("qaz", 2, {})
+    assert cli.main(["cluster", *argv]) == status
+    assert capsys.readouterr().err == f"error: {message}\n"
+
+
+@pytest.mark.parametrize("argv", [["0", "ip", "addr", "--prefix", "qaz"], ["0", "--prefix", "qaz", "true"],
+                                  ["0", "env", "--prefix=qaz"]])
+def test_exec_refuses_a_prefix_after_the_host_number(argv, state_root, capsys, monkeypatch):
+    """Everything from CMD on is CMD's: `exec 0 CMD --prefix P` ran CMD in the default cluster with --prefix P."""
+    monkeypatch.setattr(subprocess, "call", lambda argv: pytest.fail(f"ran {argv}"))
+    assert cli.main(["cluster", "exec", *argv]) == 2
+    assert capsys.readouterr().err.startswith("error: --prefix after the host number is refused: exec's options go "
+                                              "before it (lowprec cluster exec --prefix P I CMD ...)")
 
 
 # ---------------------------------------------------------------- root: links, Ray, one sweep
@@ -123,6 +289,31 @@ def test_a_two_worker_trial_runs_on_two_hosts_at_the_links_rate(cluster, tmp_pat
     assert trial["comm_s"] >= 0.7 * trial["bytes_sent"] * 8 / rate_bps("100mbit")
     environment = (results / "environment.json").read_text()
     assert '"emulation"' in environment and '"100mbit"' in environment
+
+
+@pytest.mark.slow
+@root_only
+def test_a_low_rate_is_calibrated_and_down_spares_a_namespace_it_did_not_make():
+    """200kbit: 1 MiB three times could not finish in the calibration's 120 s. The links only, no Ray."""
+    prefix, stranger = "lpl", "lpl-h9"  # the old `down` removed every namespace named lpl-*
+    emulation.down(prefix, log=lambda _: None)  # one a crashed run of this test left behind
+    subprocess.run(["ip", "netns", "del", stranger], capture_output=True)
+    subprocess.run(["ip", "netns", "add", stranger], check=True)
+    sleeper = subprocess.Popen(["ip", "netns", "exec", stranger, "sleep", "60"])
+    try:
+        cluster = emulation.up(2, "200kbit", prefix=prefix, subnet="198.18.8", ray=False, log=lambda _: None)
+        measured = cluster.calibrations["200kbit"]
+        assert measured["bytes"] == 50_000 and 0.7 <= measured["fraction"] <= 1.1, measured
+        status = emulation.status(prefix)
+        assert "2 hosts, links 200kbit each way" in status and "rate 200Kbit" in status
+        emulation.down(prefix, log=lambda _: None)
+        assert emulation.load(prefix) is None and cluster.standing() == []
+        assert (netns.NETNS_DIR / stranger).exists() and sleeper.poll() is None
+    finally:
+        emulation.down(prefix, log=lambda _: None)
+        sleeper.kill()
+        sleeper.wait()
+        subprocess.run(["ip", "netns", "del", stranger], capture_output=True)
 
 
 @pytest.mark.slow

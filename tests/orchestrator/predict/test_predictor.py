@@ -48,7 +48,7 @@ def write_folder(tmp_path, trials, links=None, statuses=None):
         tid = f"t{i}"
         (tmp_path / "trials" / f"{tid}.json").write_text(json.dumps(
             {"trial_id": tid, "name": tid, "settings": {**SETTINGS, **settings},
-             "status": (statuses or {}).get(i, "ok"), "reason": None, "history": [], "finished_at": i,
+             "status": (statuses or {}).get(i, "ok"), "reason": None, "history": [], "finished_at": f"{i:06d}",
              "link": (links or {}).get(i)}))
         rows.append({"trial_id": tid, **metrics})
     pd.DataFrame(rows).to_csv(tmp_path / "trials.csv", index=False)
@@ -535,11 +535,11 @@ def test_predictions_are_saved_under_a_name_of_their_arguments(tmp_path, monkeyp
     assert sorted(p.name for p in (folder / "predictions").iterdir()) == [second.name, first.name]  # no temp files
     assert predictor.predictions_path(folder, "1gbit", 4, "5us", True, 1.0000001).name == \
         "1gbit_4w_5us_overlap-true_x1.0000001.csv"
-    # a folder where nothing can be written: the predictions are printed, the error is one line
+    # a folder where nothing can be written: refused before any work, in one line
     (folder / "predictions").rename(folder / "kept")
     (folder / "predictions").write_text("")
-    assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 1
-    assert capsys.readouterr().err.startswith(f"error: could not save the predictions in {first}: ")
+    assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: the predictions cannot be saved in {first}: ")
 
 
 def test_a_record_without_its_row_in_trials_csv_asks_for_an_export(tmp_path, monkeypatch, capsys):
@@ -550,3 +550,128 @@ def test_a_record_without_its_row_in_trials_csv_asks_for_an_export(tmp_path, mon
     assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 1
     assert capsys.readouterr().err == (f"error: {folder}: trials.csv has no row for 1 trial record(s) (t1, ...): "
                                        f"rebuild it with `lowprec export {folder}`\n")
+
+
+def test_a_trials_csv_that_disagrees_with_the_records_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    folder = study(tmp_path, [({}, [{"steps_to_target": 50.0}]), (QSGD, [{"steps_to_target": 50.0}])])
+    path = folder / "trials.csv"
+    good = pd.read_csv(path)
+    rebuild = f"rebuild it with `lowprec export {folder}`"
+    argv = ["advise", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]
+    cases = [
+        (good.drop(columns="compute_s").to_csv(index=False), f"{path} has no column compute_s: {rebuild}"),
+        (pd.concat([good, good.iloc[[2]]]).to_csv(index=False),
+         f"{path} has more than one row for trial t2: {rebuild}"),
+        # exported while t1 was failed; then it ran again, and its record is ok
+        (good.assign(status=["ok", "failed", "ok", "ok"]).to_csv(index=False),
+         f"{path} is older than the trial records (trial t1 is failed there, ok in its record): {rebuild}"),
+        ("", f"{path} cannot be read as a table (No columns to parse from file): {rebuild}"),
+    ]
+    for text, message in cases:
+        path.write_text(text)
+        assert cli.main(argv) == 1
+        out = capsys.readouterr()
+        assert (out.out, out.err) == ("", f"error: {message}\n")
+    # trial ids of digits only stay strings: every record finds its row
+    good.assign(trial_id=good["trial_id"].str.replace("t", "0")).to_csv(path, index=False)
+    for record in (folder / "trials").glob("*.json"):
+        data = json.loads(record.read_text())
+        data["trial_id"] = data["trial_id"].replace("t", "0")
+        record.unlink()
+        (folder / "trials" / f"{data['trial_id']}.json").write_text(json.dumps(data))
+    assert len(predictor.predict(folder, 1e9, 4, 0.0)[0]) == 2
+
+
+def test_configurations_whose_times_are_not_numbers_or_zero_are_skipped_with_a_note(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    folder = study(tmp_path, [({}, [{"steps_to_target": 50.0}]), (QSGD, [{"steps_to_target": 50.0}]),
+                              (ONEBIT, [{"steps_to_target": 50.0}]), (ADAPTIVE, [{"steps_to_target": 50.0}])])
+    table = pd.read_csv(folder / "trials.csv").astype({"compute_s": object, "encode_s": object})
+    table.loc[2, "compute_s"] = 0.0  # qsgd's one-worker trial
+    table.loc[4, "encode_s"] = "nan"  # onebit's
+    table.loc[6, "encode_s"] = "n/a"  # adaptive's
+    table.to_csv(folder / "trials.csv", index=False)
+    predicted, notes = predictor.predict(folder, 1e9, 4, 0.0)
+    assert list(predicted["compressor"]) == ["fp32"]
+    assert predicted[["predicted_step_time_s", "speedup_vs_fp32", "speedup_bound"]].notna().all(axis=None)
+    qsgd, onebit, adaptive = (predictor.config_name({**SETTINGS, **s}) for s in (QSGD, ONEBIT, ADAPTIVE))
+    assert notes[:3] == [f"not predicted: {qsgd}: its one-worker compute_s in trials.csv is 0, not a number > 0",
+                         f"not predicted: {onebit}: its one-worker encode_s in trials.csv is nan, not a number >= 0",
+                         f"not predicted: {adaptive}: its one-worker encode_s in trials.csv is nan, not a number >= 0"]
+    # fp32's: nothing can be predicted; the message says why
+    table.loc[0, "compute_s"] = "inf"
+    table.to_csv(folder / "trials.csv", index=False)
+    assert cli.main(["advise", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 1
+    assert capsys.readouterr().err == (
+        f"error: {folder}: no finished one-worker fp32 trial (plain DDP) that can be used (fp32 algorithm=allreduce: "
+        "its one-worker compute_s in trials.csv is inf, not a number > 0): the baseline and the compute time come "
+        "from it\n")
+
+
+def test_cached_inputs_that_no_machine_measures_are_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    folder = study(tmp_path, [({}, [{"steps_to_target": 50.0}])])
+    first = predictor.predict(folder, 1e8, 2, 0.0)[0]
+    cache = folder / "predict_cache"
+    (cache / "reduce.json").write_text(json.dumps({"reduce_bps": 0.0}))
+    (profile_path,) = cache.glob("profile-*.json")
+    cached = json.loads(profile_path.read_text())
+    cached["profile"].update(fwd_s=0.0, bwd_s=0.0, opt_s=0.0)
+    profile_path.write_text(json.dumps(cached))
+    again, notes = predictor.predict(folder, 1e8, 2, 0.0)
+    assert notes == [f"measured the model's step profile and this machine's reduction throughput and cached them "
+                     f"in {cache}: later calls reuse them (delete the folder to measure again)"]
+    pd.testing.assert_frame_equal(again, first)
+
+
+def test_num_workers_beyond_any_cluster_exits_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    folder = study(tmp_path, [({}, [{"steps_to_target": 50.0}]), (QSGD, [{"steps_to_target": 50.0}])])
+    for workers in ("0", "65537", str(10**12), str(10**29)):
+        assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", workers]) == 2
+        assert capsys.readouterr().err == f"error: --num_workers must be in [1, 65536], got {workers}\n"
+    assert cli.main(["advise", str(folder), "--bandwidth", "1gbit", "--num_workers", "65536"]) == 0
+    table = pd.read_csv(folder / "predictions" / "1gbit_65536w_5us_overlap-true_x1.csv")
+    assert table[["predicted_step_time_s", "speedup_vs_fp32"]].notna().all(axis=None)
+
+
+def test_predictions_that_cannot_be_saved_are_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    import errno
+    import tempfile
+
+    folder = study(tmp_path, [({}, [{"steps_to_target": 50.0}])])
+
+    def work(*args, **kwargs):
+        raise AssertionError("predicted, though the predictions cannot be saved")
+
+    monkeypatch.setattr(predictor, "predict", work)
+    argv = ["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]
+    saved = folder / "predictions" / "1gbit_4w_5us_overlap-true_x1.csv"
+    (folder / "predictions").write_text("")  # a file where the folder goes
+    assert cli.main(argv) == 2
+    out = capsys.readouterr()
+    assert (out.out, out.err) == ("", f"error: the predictions cannot be saved in {saved}: {saved.parent} is not "
+                                      "a folder\n")
+    (folder / "predictions").unlink()
+    saved.mkdir(parents=True)  # a folder where the file goes
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == f"error: the predictions cannot be saved in {saved}: Is a directory\n"
+    saved.rmdir()
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    assert cli.main(argv) == 2
+    out = capsys.readouterr()
+    assert (out.out, out.err) == ("", f"error: the predictions cannot be saved in {saved}: Read-only file system\n")
+    monkeypatch.undo()
+    # a file given as the results folder
+    assert cli.main(["predict", str(folder / "trials.csv"), "--bandwidth", "1gbit", "--num_workers", "4"]) == 2
+    assert capsys.readouterr().err == (f"error: {folder / 'trials.csv'} is not a folder (a results folder of "
+                                       "`lowprec run`)\n")

@@ -272,3 +272,53 @@ def test_every_row_of_the_step_table_adds_up_as_printed(results):
     assert len(cells) == 7  # four configurations at 2 workers, three at 1 (onebit's failed or diverged)
     for step, compute, exposed in cells:
         assert f"{float(compute) + float(exposed):.2f}" == step
+
+
+# ---------------------------------------------------------------- a full disk; records and environment.json unusable
+
+
+def test_a_full_disk_keeps_every_table_whole_and_exits_1_in_one_line(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from orchestrator.cli import main
+
+    sweep, results = finished_sweep(tmp_path)
+    old = "trial_id,name,status\n" + "".join(f"{t['trial_id']},{t['name']},ok\n" for t in sweep.trials)
+    (results / "trials.csv").write_text(old)
+
+    def full_disk(frame, path, **kwargs):  # the disk fills up mid-row
+        Path(path).write_text("trial_id,name,status\nabc,fp3")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full_disk)
+    assert main(["export", str(results)]) == 1
+    assert capsys.readouterr().err == (
+        f"error: could not write the tables of {results}: No space left on device ({results / 'trials.csv'}); the "
+        f"trial records are safe in {results / 'trials'}: fix the cause, then run `lowprec export {results}` again\n")
+    assert (results / "trials.csv").read_text() == old
+    assert sorted(p.name for p in results.iterdir()) == ["trials", "trials.csv"]  # no partial file beside it
+
+
+def test_records_of_the_wrong_types_and_a_broken_environment_do_not_stop_export(tmp_path, capsys):
+    from orchestrator.results.export import _cpu_count
+
+    good = record("fp32", 0, epochs(1.0, 0.01, [0.5, 0.95], 0.9))
+    write_record(tmp_path, good)
+    for key, value in (("history", None), ("settings", None), ("name", 5), ("model_summary", "x")):
+        bad = record("qsgd", len(key), [])
+        bad[key] = value
+        write_record(tmp_path, bad)
+    bad = record("onebit", 0, [])
+    bad["settings"]["num_workers"] = "two"
+    write_record(tmp_path, bad)
+    environment = tmp_path / "environment.json"
+    environment.write_text('{"cpu_count": 2, "pyth')
+    export(tmp_path)
+    err = capsys.readouterr().err
+    assert err.count("warning: skipping unreadable trial record") == 5
+    assert f"warning: ignoring unreadable {environment}: " in err
+    assert pd.read_csv(tmp_path / "trials.csv").trial_id.tolist() == [good["trial_id"]]
+    for text, count in (("[2]", None), ('{"cpu_count": "2"}', None), ('{"cpu_count": 2}', 2)):
+        environment.write_text(text)
+        assert _cpu_count(tmp_path) == count
+    assert "ignoring unreadable" in capsys.readouterr().err  # the list; a string count is just not used

@@ -19,9 +19,20 @@ def test_steal_and_idle_shares_of_all_cpu_time(tmp_path):
     assert steal_share(start, end) == pytest.approx(30 / 200)
     assert idle_share(start, end) == pytest.approx(50 / 200)
     for share in (steal_share, idle_share):
-        assert math.isnan(share(start, start))  # no tick passed
-        assert math.isnan(share(None, end))
+        assert math.isnan(share(None, end))  # no /proc/stat
     for text in ("intr 1 2 3\n", "cpu  1 2 3\n", "cpu  1 2 3 x 5 6 7 8\n"):
         stat.write_text(text)
         assert cpu_ticks(str(stat)) is None
     assert cpu_ticks(str(tmp_path / "missing")) is None
+
+
+def test_the_shares_are_defined_whatever_the_interval():
+    # steps shorter than one clock tick see no tick pass: nothing was counted stolen or idle
+    start = CpuTicks(60, 132, 2016)
+    for share in (steal_share, idle_share):
+        assert share(start, start) == 0.0
+        assert share(start, CpuTicks(60, 131, 2015)) == 0.0  # iowait ran backwards, and the total with it
+    # iowait running backwards under a tickless kernel cannot take a share out of [0, 1]
+    assert idle_share(start, CpuTicks(60, 130, 2026)) == 0.0
+    assert idle_share(start, CpuTicks(60, 152, 2026)) == 1.0
+    assert steal_share(start, CpuTicks(65, 132, 2026)) == 0.5

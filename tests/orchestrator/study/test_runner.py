@@ -1,6 +1,7 @@
 """The sweep runner without Ray (orchestrator/study/runner.py): trial folder names, the results folder's
-lock, resuming from the saved sweep file, the recorder across a worker group's restart, and Tune's
-resume advice dropped. On a local Ray: test_runner_on_ray.py.
+lock, resuming from the saved sweep file, one sweep per folder and an edited one's old records retired, the
+recorder across a worker group's restart, a record that cannot be written, a failed trial's traceback, and
+Tune's resume advice dropped. On a local Ray: test_runner_on_ray.py.
 """
 from __future__ import annotations
 
@@ -98,3 +99,116 @@ def test_tunes_resume_advice_is_dropped():
                     'Resume experiment with: Tuner.restore(path="/r", trainable=...)')
     assert not _NoTuneResumeAdvice().filter(advice)
     assert _NoTuneResumeAdvice().filter(record("Total run time: 3.00 seconds"))
+
+
+# ---------------------------------------------------------------- another sweep, or this one changed
+
+
+def test_a_results_folder_takes_one_sweep_and_an_edited_one_retires_the_old_records(tmp_path):
+    import io
+    import json
+    import re
+
+    import pytest
+
+    from orchestrator.study.records import read_records
+    from orchestrator.study.runner import ResultsExist, run_sweep
+
+    sweep, results = finished_sweep(tmp_path, TINY_SWEEP + "sweep:\n  seed: [0, 1]\n")  # 4 trials
+    run_sweep(sweep, results, resume=True, stream=io.StringIO())  # marks the folder as sweep t's
+    first = (results / "sweep.yaml").read_text()
+    other = load_sweep(write(tmp_path, TINY_SWEEP.replace("name: t", "name: u"), "u.yaml"))
+    for resume in (False, True):
+        with pytest.raises(ResultsExist, match=re.escape(f"{results} holds the results of sweep 't', not 'u': ")):
+            run_sweep(other, results, resume=resume)
+    assert (results / "sweep.yaml").read_text() == first
+
+    edited = load_sweep(write(tmp_path, TINY_SWEEP + "sweep:\n  seed: [0]\n", "edited.yaml"))  # 2 of the 4
+    with pytest.raises(ResultsExist) as refused:
+        run_sweep(edited, results)
+    assert str(refused.value) == (
+        f"{results} already holds 2 finished trial(s) of this sweep and 2 record(s) of trials this sweep does not "
+        f"have (an earlier version of it): pass --resume to run only this sweep's unfinished trials (moving the 2 "
+        f"record(s) it does not have to {results / 'retired'}), or choose another --results folder")
+    out = io.StringIO()
+    assert run_sweep(edited, results, resume=True, stream=out) == (results, 0)
+    (retired,) = (results / "retired").iterdir()
+    assert (f"note: 2 record(s) of trials this sweep no longer has (it changed since they ran) moved from "
+            f"{results / 'trials'} to {retired}, with the sweep file they ran from; the tables here hold this "
+            f"sweep's trials only (`lowprec export {retired}` rebuilds theirs)") in out.getvalue()
+    assert {r["settings"]["seed"] for r in read_records(results)} == {0}
+    assert {r["settings"]["seed"] for r in read_records(retired)} == {1}  # kept, out of this sweep's tables
+    assert (retired / "sweep.yaml").read_text() == first
+    assert json.loads((retired / ".lowprec").read_text()) == {"sweep": "t"}
+    assert (results / "sweep.yaml").read_text() == edited.path.read_text()
+
+
+# ---------------------------------------------------------------- a record that cannot be written
+
+
+def test_a_record_that_cannot_be_written_stops_the_sweep_and_keeps_the_others(tmp_path, monkeypatch):
+    import errno
+    import io
+    import os
+
+    from orchestrator.study.progress import Progress
+    from orchestrator.study.runner import _recorder
+
+    sweep = load_sweep(write(tmp_path, TINY_SWEEP))
+    results = tmp_path / "results"
+    out = io.StringIO()
+    recorder = _recorder(results, Progress(2, stream=out))
+    full, after = (_Trial(t) for t in sweep.trials)
+    for trial in (full, after):
+        recorder.on_trial_start(0, [], trial)
+        recorder.on_trial_result(0, [], trial, {"outcome": {"status": "ok", "reason": None, "model_summary": None}})
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    assert not recorder.stopper.stop_all()
+    recorder.on_trial_complete(0, [], full)  # no exception reaches Tune
+    monkeypatch.undo()
+    recorder.on_trial_complete(0, [], after)  # the sweep is stopping: runs again on resume
+    assert recorder.stopper.stop_all() and not recorder.stopper(after.trial_id, {})
+    assert list((results / "trials").iterdir()) == []  # no record, no partial file
+    name = sweep.trials[0]["name"]
+    assert (f"warning: could not write the record of {name} in {results / 'trials'}: No space left on device; "
+            "stopping the sweep (the records written so far are safe)") in out.getvalue()
+
+
+def test_the_resume_command_is_quoted_for_the_shell():
+    from pathlib import Path
+
+    from orchestrator.study.runner import resume_command
+
+    assert resume_command(Path("/my sweeps/a.yaml"), Path("/data/it's here")) == (
+        "lowprec run '/my sweeps/a.yaml' --results '/data/it'\"'\"'s here' --resume")
+
+
+def test_a_failed_trials_traceback_is_kept_in_its_record(tmp_path):
+    import io
+    import json
+
+    from orchestrator.study.progress import Progress
+    from orchestrator.study.runner import _recorder
+
+    sweep = load_sweep(write(tmp_path, TINY_SWEEP))
+    results = tmp_path / "results"
+    out = io.StringIO()
+    recorder = _recorder(results, Progress(1, stream=out))
+    trial = _Trial(sweep.trials[0])
+    outside = tmp_path / "ray-temp" / "error.txt"  # Tune's error file, in Ray's temporary folder
+    outside.parent.mkdir()
+    text = 'Traceback (most recent call last):\n  File "x.py", line 1, in f\nRuntimeError: boom at epoch 2\n'
+    outside.write_text(text)
+    trial.error_file = str(outside)
+    recorder.on_trial_start(0, [], trial)
+    recorder.on_trial_error(0, [], trial)
+    path = results / "trials" / f"{trial.trial_id}.json"
+    record = json.loads(path.read_text())
+    assert (record["status"], record["reason"], record["traceback"]) == ("failed", "RuntimeError: boom at epoch 2",
+                                                                         text)
+    assert f'traceback of {sweep.trials[0]["name"]}: in its record {path} ("traceback")' in out.getvalue()
+    assert str(outside) not in out.getvalue()

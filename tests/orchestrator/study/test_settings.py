@@ -38,7 +38,11 @@ def test_compressor_parameters_never_share_a_name_with_a_setting():
 
 @pytest.mark.parametrize("given, words", [
     ({"epochs": "abc"}, ["epochs", "[1, 100000]"]),
-    ({"lr": math.nan}, ["lr", "(0, inf)"]),
+    ({"lr": math.nan}, ["lr", "(0, 1e+37]"]),
+    ({"lr": math.inf}, ["lr", "(0, 1e+37]"]),
+    ({"dataset": "synthetic", "input_shape": [1, 11, 28], "model": "lenet5"},
+     ["setting input_shape: model 'lenet5' needs images of at least 12x12 pixels, got input_shape [1, 11, 28]"]),
+    ({"dataset": "synthetic", "input_shape": [20], "model": "alexnet"}, ["input_shape", "[channels, height, width]"]),
     ({"momentum": 0.9, "optimizer": "adam"}, ["momentum", "adam takes no momentum"]),
     ({"model": "lenet5", "width": 8}, ["width", "lenet5"]),
     ({"dataset": "synthetic", "data_dir": "x"}, ["data_dir", "reads no files"]),

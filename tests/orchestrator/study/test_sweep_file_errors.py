@@ -42,7 +42,7 @@ sweep:
     (HEADER.replace("  epochs: 1\n", "  epoch: 1\n"), 6, ["unknown key 'epoch'", "workload", "did you mean 'epochs'"]),
     (HEADER.replace("epochs: 1", "epochs: three"), 6, ["workload.epochs", "an int in [1, 100000]", "'three'"]),
     (HEADER.replace("epochs: 1", "epochs: 0"), 6, ["workload.epochs", "[1, 100000]"]),
-    (HEADER + "  lr: .nan\n", 8, ["workload.lr", "(0, inf)", "nan"]),
+    (HEADER + "  lr: .nan\n", 8, ["workload.lr", "(0, 1e+37]", "nan"]),
     (HEADER + "  optimizer: adam\n  momentum: 0.9\n", 9, ["momentum", "adam takes no momentum"]),
     (HEADER.replace("  model: mlp\n", "  model: lenet5\n"), 4, ["lenet5", "takes no option 'width'"]),
     (HEADER + "  warmup_epochs: 1\n", 8, ["warmup_epochs=1 must be < epochs=1"]),
@@ -97,7 +97,7 @@ BLOCK = "name: t\nworkload:\n  model: mlp\n  epochs: 2\n  target_accuracy: 0.9\n
 
 
 @pytest.mark.parametrize("extra, line, words", [
-    ("  lr: .nan\n", 6, ["workload.lr", "(0, inf)"]),
+    ("  lr: .nan\n", 6, ["workload.lr", "(0, 1e+37]"]),
     ("  momentum: .nan\n", 6, ["workload.momentum"]),
     ("  weight_decay: .nan\n", 6, ["workload.weight_decay"]),
     ("sweep:\n  target_accuracy: [.nan]\n", 7, ["both workload and sweep"]),
@@ -116,6 +116,65 @@ BLOCK = "name: t\nworkload:\n  model: mlp\n  epochs: 2\n  target_accuracy: 0.9\n
 ])
 def test_bad_values_are_caught_before_ray(tmp_path, extra, line, words):
     fails_at(write(tmp_path, BLOCK + extra), line, *words)
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("  lr: .inf\n", "workload.lr must be a float in (0, 1e+37], got inf"),
+    ("  lr: 1.0e+400\n", "workload.lr must be a float in (0, 1e+37], got inf"),
+    ("  lr: 1.0e+300\n", "workload.lr must be a float in (0, 1e+37], got 1e+300"),
+    ("  weight_decay: .inf\n", "workload.weight_decay must be a float in [0, 1e+37], got inf"),
+    ("cluster: {placement_timeout_s: .inf}\n",
+     "cluster.placement_timeout_s must be a float in (0, 1000000] or null, got inf"),
+    ("cluster: {cpus_per_worker: .inf}\n", "cluster.cpus_per_worker must be a finite float in (0, inf), got inf"),
+    ("cluster: {gpus_per_worker: -.inf}\n", "cluster.gpus_per_worker must be a finite float in (0, inf), got -inf"),
+    ("sweep:\n  compressor: [{name: powersgd, min_compression_rate: .inf}]\n",
+     "sweep.compressor[0].min_compression_rate must be a finite float in [0, inf), got inf"),
+    ("sweep:\n  compressor: [{name: powersgd, orthogonalization_epsilon: .inf}]\n",
+     "sweep.compressor[0].orthogonalization_epsilon must be a finite float in [0, inf), got inf"),
+    ("max_trials: 100001\n", "max_trials must be an int in [1, 100000], got 100001"),
+])
+def test_infinite_and_oversized_values_are_refused(tmp_path, extra, words):
+    line = len((BLOCK + extra).splitlines())
+    if extra.startswith("sweep:"):
+        line = 7
+    fails_at(write(tmp_path, BLOCK + extra), line, words)
+
+
+def test_a_float_written_without_a_dot_is_a_float(tmp_path):
+    # PyYAML (YAML 1.1) reads 1e-3 as a string; people write learning rates so
+    text = BLOCK + "  weight_decay: 5e-4\nsweep:\n  lr: [1e-3, 2E-2, 0.1]\n  compressor: [{name: topk, pi: 1e-2}]\n"
+    sweep = load_sweep(write(tmp_path, text))
+    assert sorted({t["lr"] for t in sweep.trials}) == [0.001, 0.02, 0.1]
+    assert {t["weight_decay"] for t in sweep.trials} == {0.0005}
+    assert {t["compressor_params"]["pi"] for t in sweep.trials if t["compressor"] == "topk"} == {0.01}
+
+
+def test_a_huge_grid_is_refused_before_it_is_expanded(tmp_path):
+    # 2 baselines x 200 x 200 x 100 = 8,000,000 trials, within a max_trials raised as far as it goes
+    axes = {key: ", ".join(str(i) for i in range(1, n + 1)) for key, n in
+            (("seed", 200), ("batch_size", 200), ("epochs", 100))}
+    text = TINY_SWEEP.replace("epochs: 2, ", "") + "max_trials: 100000\nsweep:\n" + "".join(
+        f"  {key}: [{values}]\n" for key, values in axes.items())
+    fails_at(write(tmp_path, text), 3, "the grid has 8000000 trials, more than max_trials=100000")
+
+
+def test_data_dir_gets_home_expanded_and_a_relative_one_stays_as_written(tmp_path, monkeypatch):
+    # trials run in other folders: a literal "~" there is no folder; a relative data_dir the runner joins to
+    # where the sweep runs, and trial ids keep it as written
+    (tmp_path / "home" / "mnist").mkdir(parents=True)
+    (tmp_path / "work" / "data").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path / "work")
+    sweep = load_sweep(write(tmp_path, BLOCK + "sweep:\n  data_dir: [~/mnist, data]\n"))
+    assert sorted({t["data_dir"] for t in sweep.trials}) == sorted([str(tmp_path / "home" / "mnist"), "data"])
+    fails_at(write(tmp_path, BLOCK + "  data_dir: ~/cifar\n"), 6,
+             f"data_dir '{tmp_path / 'home' / 'cifar'}' is not a folder here")
+
+
+def test_a_synthetic_input_the_model_cannot_take_is_refused(tmp_path):
+    text = BLOCK.replace("model: mlp", "model: alexnet") + "  dataset: synthetic\n  input_shape: [3, 6, 6]\n"
+    fails_at(write(tmp_path, text), 7,
+             "input_shape: model 'alexnet' needs images of at least 7x7 pixels, got input_shape [3, 6, 6]")
 
 
 def test_placement_timeout_is_a_checked_setting(tmp_path):

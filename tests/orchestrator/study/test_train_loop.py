@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.study import settings
 from orchestrator.study.env_info import cpu_ticks
-from orchestrator.study.train_loop import train
+from orchestrator.study.train_loop import _parse_args, train
 from tests.distributed import run_ranks
 from tests.helpers import run_mains
 
@@ -126,6 +126,15 @@ def test_a_forced_nan_ends_the_run_as_diverged():
     assert len(result["history"]) == 1 and reports[-1]["status"] == "diverged"
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_the_largest_lr_and_weight_decay_end_diverged_not_in_torch(optimizer):
+    # beyond these bounds torch refuses the optimizer's float32 scalars and the step raises
+    top = settings.OPTIMIZER_SCALAR_MAX
+    result = train({"model": "mlp", "width": 16, "depth": 1, "optimizer": optimizer, "lr": top, "weight_decay": top,
+                    "epochs": 1, "max_steps_per_epoch": 1})
+    assert result["status"] == "diverged", result
+
+
 def test_fail_at_epoch_raises_and_unknown_settings_are_rejected():
     with pytest.raises(RuntimeError, match="fail_at_epoch"):
         train({**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 1, "fail_at_epoch": 2})
@@ -222,7 +231,11 @@ def test_training_that_collapses_without_a_nan_ends_unstable(monkeypatch):
 
 CLI_CASES = [
     (["--epochs", "abc"], ["argument --epochs", "an int in [1, 100000]", "'abc'"]),
-    (["--lr", "nan"], ["argument --lr", "(0, inf)"]),
+    (["--lr", "nan"], ["argument --lr", "(0, 1e+37]"]),
+    (["--lr", "1e400"], ["argument --lr: must be a float in (0, 1e+37], got '1e400'"]),
+    (["--json", "no_such_folder/out.json"],
+     ["argument --json: cannot write 'no_such_folder/out.json': no folder 'no_such_folder'"]),
+    (["--json", "tests"], ["argument --json: cannot write 'tests': not a file name"]),
     (["--num_workers", "4"], ["unrecognized arguments: --num_workers 4"]),
     (["--cpus_per_worker", "7"], ["unrecognized arguments: --cpus_per_worker 7"]),
     (["--optimizer", "adam", "--momentum", "0.9"], ["adam takes no momentum"]),
@@ -244,6 +257,18 @@ def test_training_cli_exits_2_naming_the_flag(cli_runs, args, words):
     assert "Traceback" not in done["stderr"]
     for word in words:
         assert word in done["stderr"], done["stderr"]
+
+
+def test_training_cli_takes_a_float_without_a_dot_and_leaves_the_json_path_alone(tmp_path):
+    # PyYAML reads 1e-3 as a string; the --json check creates nothing and truncates nothing
+    existing = tmp_path / "old.json"
+    existing.write_text("{}")
+    for out in (existing, tmp_path / "new.json"):
+        args = _parse_args(["--lr", "1e-3", "--weight_decay", "5E-4", "--compressor", "topk",
+                            "--compressor_params", "{pi: 1e-2}", "--json", str(out)])
+        assert args == {"config": {"lr": 0.001, "weight_decay": 0.0005, "compressor": "topk",
+                                   "compressor_params": {"pi": 0.01}}, "json": str(out)}
+    assert existing.read_text() == "{}" and not (tmp_path / "new.json").exists()
 
 
 def test_training_cli_help_lists_only_training_settings(cli_runs):
