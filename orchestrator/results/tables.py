@@ -80,14 +80,20 @@ def _plain(frame: pd.DataFrame) -> pd.DataFrame:
 def history_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One dict per trial and epoch: trial_id, name, settings, the epoch's metrics.
 
-    The epoch's own ``status`` ("running", "ok", "diverged") is the training loop's;
+    The epoch's own ``status`` ("running", "ok", "unstable", "diverged") is the training loop's;
     the trial's final status is in trials.csv.
     """
-    return [
-        {"trial_id": r["trial_id"], "name": r["name"],
-         **{k: v for k, v in flat_settings(r["settings"]).items() if k not in TEST_HOOKS}, **epoch}
-        for r in records for epoch in r["history"]
-    ]
+    return [{"trial_id": r["trial_id"], "name": r["name"], **_settings_shown(r), **epoch}
+            for r in records for epoch in r["history"]]
+
+
+def _settings_shown(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's settings as the tables show them: ``flat_settings`` without the test hooks, and the
+    bandwidth of the links it ran over also where the cluster, not the trial, set them (``--address``)."""
+    shown = {k: v for k, v in flat_settings(record["settings"]).items() if k not in TEST_HOOKS}
+    if shown.get("bandwidth") is None and (record.get("link") or {}).get("bandwidth") is not None:
+        shown["bandwidth"] = record["link"]["bandwidth"]
+    return shown
 
 
 def history_table(records: list[dict[str, Any]]) -> pd.DataFrame:
@@ -107,11 +113,8 @@ def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = N
     """
     if not records:
         return pd.DataFrame(columns=[*ID_COLUMNS, *RESULT_COLUMNS])
-    flat = [flat_settings(r["settings"]) for r in records]
-    for s, r in zip(flat, records):  # the links a trial ran over, also where the cluster, not the trial, set them
-        if s.get("bandwidth") is None and (r.get("link") or {}).get("bandwidth") is not None:
-            s["bandwidth"] = r["link"]["bandwidth"]
-    settings = list(dict.fromkeys(key for s in flat for key in s if key not in TEST_HOOKS))
+    flat = [_settings_shown(r) for r in records]
+    settings = list(dict.fromkeys(key for s in flat for key in s))
     base = pd.DataFrame([{**{k: r[k] for k in ID_COLUMNS}, **s} for r, s in zip(records, flat)],
                         columns=[*ID_COLUMNS, *settings])
     models = pd.DataFrame([{k: v for k, v in (r.get("model_summary") or {}).items() if k in MODEL_COLUMNS}
