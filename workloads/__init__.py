@@ -3,13 +3,16 @@
 Knows nothing of compression or Ray; everything here is plain torch on CPU or GPU.
 """
 
-from .dataset_types import DatasetFormatError, DatasetPair, Split
+from .dataset_types import CLASSIFICATION, LANGUAGE_MODEL, TASKS, DatasetFormatError, DatasetPair, Split
 from .datasets import DATA_DIR, DATASET_NAMES, DATASET_OPTIONS, build_dataset, dataset_options
 from .models import MODEL_NAMES, MODEL_OPTIONS, build_model, model_options
 from .sharding import shard_indices
 from .model_summary import model_summary
 
 __all__ = [
+    "CLASSIFICATION",
+    "LANGUAGE_MODEL",
+    "TASKS",
     "DATASET_NAMES",
     "DATASET_OPTIONS",
     "DATA_DIR",
