@@ -25,11 +25,13 @@ from .core.registry import (
 from .comm.stats import StepStats
 from .core.wire import PayloadError
 
-# Every method: the codecs in wire id order, then the hook-only ones (powersgd).
+# The built-in methods: the codecs in wire id order, then the hook-only ones (powersgd). ``names()`` also
+# has those a user's module registered since.
 NAMES: tuple[str, ...] = registry.names()
+names = registry.names
 # The codecs that send a plain cast, so they can travel through a native all_reduce.
 CASTS: tuple[str, ...] = registry.casts()
 
 __all__ = ["ALGORITHMS", "CASTS", "COMPRESSORS", "IMPLS", "NAMES", "Compressor", "ErrorFeedback", "PayloadError",
            "Reducer", "StepStats", "algorithms", "check_params", "ddp", "default_algorithm", "get", "has_cuda", "has_numba",
-           "params_of"]
+           "names", "params_of"]

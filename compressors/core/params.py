@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 # ``kind`` values beyond Python types: a list of positive ints (an input shape); a link rate as tc writes
-# it (``100mbit``, ``2.5gbit``: bits per second with a k/m/g multiplier of 1000).
+# it (``100mbit``, ``2.5gbit``: bits per second with a k/m/g multiplier of 1000); a list of names.
 SHAPE = "shape"
 RATE = "rate"
+NAMES = "names"
 _RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kmg]?)bit")
 _RATE_UNIT = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}
 # tc's tbf cannot be given less than a few kbit/s; past 100 Gbit/s no machine shapes anything.
@@ -55,6 +56,8 @@ class Param:
             text = "a list of positive integers"
         elif self.kind == RATE:
             text = "a rate from 8kbit to 100gbit, like 100mbit or 2.5gbit"
+        elif self.kind == NAMES:
+            text = "a list of non-empty strings"
         elif self.kind is bool:
             text = "true or false"
         elif self.kind is str:
@@ -79,6 +82,9 @@ class Param:
         if self.kind == SHAPE:
             ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(
                 isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+            return None if ok else bad
+        if self.kind == NAMES:
+            ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) and v for v in value)
             return None if ok else bad
         if self.kind == RATE:
             try:
@@ -118,7 +124,7 @@ class Param:
             return None
         if self.kind is float:
             return float(value)
-        if self.kind == SHAPE:
+        if self.kind in (SHAPE, NAMES):
             return list(value)
         if self.kind == RATE:
             return value.strip().lower()

@@ -51,7 +51,7 @@ from compressors.comm import collectives
 from . import perfmodel
 from ..study.labels import config_label, config_labels
 from .profile import Profile, profile
-from ..study.records import read_records, write_atomic
+from ..study.records import RENAMED, read_records, write_atomic
 
 DEFAULT_BUCKET_CAP_MB = 25
 CACHE_DIR = "predict_cache"
@@ -77,16 +77,17 @@ def latency_s(text: str) -> float:
 
 # The settings that change what a step costs (not how long training runs, nor what it learns):
 # trials agreeing in these and in the compressor run the same step.
-_WORKLOAD_KEYS = ("dataset", "model", "batch_size", "optimizer", "min_compress_numel", "bucket_cap_mb", "impl",
-                  "use_gpu", *(p.name for p in workloads.MODEL_OPTIONS), *(p.name for p in workloads.DATASET_OPTIONS))
+_WORKLOAD_KEYS = ("dataset", "dataset_options", "model", "model_options", "batch_size", "optimizer",
+                  "min_compress_numel", "bucket_cap_mb", "impl", "use_gpu", *(p.name for p in workloads.MODEL_OPTIONS),
+                  *(p.name for p in workloads.DATASET_OPTIONS))
 
 Trials = list[tuple[dict[str, Any], pd.Series]]  # (record, trials.csv row) of each finished trial
 
 MAX_WORKERS = 65_536  # predict's --num_workers: beyond any cluster modelled, and sra's chunks stay cheap to count
 # What the model reads of trials.csv: each configuration's one-worker times, then what its trials reached
-# (time_to_accuracy_s; steps_to_target and accuracy_delta where the table has them, unknown in older tables).
+# (time_to_target_s; steps_to_target and accuracy_delta where the table has them, unknown in older tables).
 PHASES = ("compute_s", "encode_s", "decode_s", "exposed_comm_s")
-_NEEDED = ("trial_id", *PHASES, "time_to_accuracy_s")
+_NEEDED = ("trial_id", *PHASES, "time_to_target_s")
 _OUTCOME_NUMBERS = ("steps_to_target", "accuracy_delta")
 
 
@@ -129,6 +130,7 @@ def read_table(results: Path, records: list[dict[str, Any]]) -> pd.DataFrame:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         first = (str(error).strip() or type(error).__name__).splitlines()[0]
         raise ValueError(f"{path} cannot be read as a table ({first}): {rebuild}") from None
+    table = table.rename(columns={old: new for old, new in RENAMED.items() if new not in table.columns})
     absent = [column for column in _NEEDED if column not in table.columns]
     if absent:
         raise ValueError(f"{path} has no column {', '.join(absent)}: {rebuild}")
@@ -146,7 +148,7 @@ def read_table(results: Path, records: list[dict[str, Any]]) -> pd.DataFrame:
         if stale is not None:
             raise ValueError(f"{path} is older than the trial records (trial {stale['trial_id']} is "
                              f"{status[stale['trial_id']]} there, {stale['status']} in its record): {rebuild}")
-    for column in (*PHASES, "time_to_accuracy_s", *_OUTCOME_NUMBERS):
+    for column in (*PHASES, "time_to_target_s", *_OUTCOME_NUMBERS):
         if column in table.columns:
             table[column] = pd.to_numeric(table[column], errors="coerce").astype(float)
     for column in _OUTCOME_NUMBERS:
@@ -227,7 +229,7 @@ def outcomes(records: list[dict[str, Any]], table: pd.DataFrame) -> dict[tuple[s
     """Per configuration (``step_key``), its ``Outcome`` from the trials.csv rows of its trials with the most
     workers, whatever their status: a configuration that collapsed with the most workers did not reach the
     target, even where a trial with fewer did. Where trials.csv has no ``steps_to_target`` (a folder from
-    before that column), reaching the target is a finite ``time_to_accuracy_s`` and the steps are unknown."""
+    before that column), reaching the target is a finite ``time_to_target_s`` and the steps are unknown."""
     rows = table.set_index("trial_id")
     counted = "steps_to_target" in table.columns
     runs: dict[tuple[str, str], list[tuple[dict[str, Any], pd.Series]]] = {}
@@ -239,7 +241,7 @@ def outcomes(records: list[dict[str, Any]], table: pd.DataFrame) -> dict[tuple[s
         top = [(record, row) for record, row in trials if record["settings"]["num_workers"] == most]
         ok = [row for record, row in top if record["status"] == "ok"]
         not_ok = tuple(sorted({record["status"] for record, _ in top if record["status"] != "ok"}))
-        crossed = [float(row["steps_to_target"] if counted else row["time_to_accuracy_s"]) for row in ok]
+        crossed = [float(row["steps_to_target"] if counted else row["time_to_target_s"]) for row in ok]
         reached = not not_ok and all(math.isfinite(v) for v in crossed)
         deltas = [float(row.get("accuracy_delta", math.nan)) for row in ok]
         # accuracy_delta is a share of the test set: in points, rounded where the float product leaves

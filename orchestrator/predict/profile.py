@@ -1,7 +1,7 @@
 """A one-worker profile of a model's step: forward, backward and optimizer time, and when each
 parameter's gradient becomes ready during backward (the input of ``perfmodel``'s bucket timeline).
 
-Random inputs of the workload's shape and batch size; no data, no DDP, no compression. Times are
+The workload's first batch_size training samples; no DDP, no compression. Times are
 medians over ``repeats`` steps after one warm-up step, on this machine's CPU.
 """
 from __future__ import annotations
@@ -13,8 +13,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.utils.data import default_collate
 
 import workloads
+
+from ..study.settings import dataset_options_of, model_options_of
 
 
 @dataclass(frozen=True)
@@ -37,23 +40,25 @@ class Profile:
         return cls(float(data["fwd_s"]), float(data["bwd_s"]), float(data["opt_s"]), params)
 
 
-def build(settings: dict[str, Any]) -> tuple[torch.nn.Module, tuple[int, ...], int]:
-    """The trial's model, freshly initialised, with its input shape and class count."""
-    options = {p.name: settings[p.name] for p in workloads.dataset_options(settings["dataset"])}
-    data = workloads.build_dataset(settings["dataset"], data_dir=settings["data_dir"], seed=settings["seed"], **options)
+def build(settings: dict[str, Any]) -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """The trial's model, freshly initialised, and a batch of batch_size training samples (the first ones:
+    a language model's token ids must be real ones)."""
+    data = workloads.build_dataset(settings["dataset"], data_dir=settings["data_dir"], seed=settings["seed"],
+                                   **dataset_options_of(settings))
     torch.manual_seed(settings["seed"])
-    model_options = {p.name: settings[p.name] for p in workloads.model_options(settings["model"])}
-    model = workloads.build_model(settings["model"], data.input_shape, data.num_classes, **model_options)
-    return model, tuple(data.input_shape), data.num_classes
+    model = workloads.build_model(settings["model"], data.input_shape, data.num_classes, **model_options_of(settings))
+    count = min(settings["batch_size"], len(data.train))
+    if isinstance(data.train, workloads.Split):
+        batch = data.train.x[:count], data.train.y[:count]
+    else:
+        batch = default_collate([data.train[i] for i in range(count)])
+    return model, batch
 
 
 def profile(settings: dict[str, Any], repeats: int = 5) -> Profile:
-    model, input_shape, classes = build(settings)
+    model, (x, y) = build(settings)
     params = list(model.parameters())
     optimizer = torch.optim.SGD(params, lr=1e-3)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn((settings["batch_size"], *input_shape), generator=g)
-    y = torch.randint(0, classes, (settings["batch_size"],), generator=g)
     ready: dict[int, float] = {}
     start = [0.0]
 
@@ -68,7 +73,8 @@ def profile(settings: dict[str, Any], repeats: int = 5) -> Profile:
     for step in range(repeats + 1):
         optimizer.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
-        loss = F.cross_entropy(model(x), y)
+        out = model(x)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         t1 = time.perf_counter()
         start[0] = t1
         loss.backward()

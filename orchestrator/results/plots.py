@@ -11,7 +11,7 @@ figure's title names the sweep, the workload, the workers and the links (``summa
   fp32's) instead.
 - ``accuracy_vs_time.png``: test accuracy against ``train_time_s``, one line per trial coloured
   by configuration, one panel per ``num_workers``; the dashed line is the target accuracy, an x
-  marks where a trial first reached it (``time_to_accuracy_s``, at step resolution).
+  marks where a trial first reached it (``time_to_target_s``, at step resolution).
 - ``bytes_sent.png``: bytes one worker sends per step, per configuration and worker count (two or
   more; log axis).
 - ``speedup_vs_workers.png``: mean ``speedup_vs_fp32`` over seeds against ``num_workers`` (two or
@@ -155,7 +155,7 @@ def _accuracy_vs_time(plt, trials, history, colours, workers):
                     pd.to_numeric(curve["test_accuracy"], errors="coerce"),
                     marker="o", markersize=3, color=colours[label], label=None if label in shown else label,
                     linestyle="-" if trial["status"] == "ok" else ":")
-            reached = pd.to_numeric(pd.Series([trial["time_to_accuracy_s"]]), errors="coerce").iloc[0]
+            reached = pd.to_numeric(pd.Series([trial["time_to_target_s"]]), errors="coerce").iloc[0]
             if pd.notna(reached):  # the crossing, at step resolution, between the epochs' points
                 ax.plot([reached], [trial["target_accuracy"]], marker="x", markersize=7, color=colours[label])
             shown.add(label)

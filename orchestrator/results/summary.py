@@ -70,7 +70,7 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
     ok = trials[trials["status"] == "ok"]
     values = pd.DataFrame({
         "accuracy": numeric(ok["final_accuracy"]),
-        "time": numeric(ok["time_to_accuracy_s"]),
+        "time": numeric(ok["time_to_target_s"]),
         "speedup": numeric(ok["speedup_vs_fp32"]).fillna(numeric(ok["overhead_vs_fp32"])),
     })
     values["star"] = values["speedup"].notna() & (ok["speedup_basis"] == "step_time")

@@ -34,7 +34,7 @@ __all__ = [
 
 
 # The times a speedup compares, in order of preference, and the basis each is named by.
-_SPEEDUP_TIMES = (("time_to_accuracy_s", "time_to_accuracy"), ("step_time_s", "step_time"))
+_SPEEDUP_TIMES = (("time_to_target_s", "time_to_target"), ("step_time_s", "step_time"))
 
 
 def _compression_keys() -> tuple[str, ...]:
@@ -145,7 +145,7 @@ def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = N
 def _own_results(history: pd.DataFrame) -> pd.DataFrame:
     """Per trial_id, the results that need no other trial: accuracies, times, the step metrics reduced over
     epochs as orchestrator.study.columns declares them (parts of a step from the epoch its whole picks)."""
-    metrics = ["test_accuracy", "train_time_s", "time_to_accuracy_s", "steps_to_target", *STEP_METRICS]
+    metrics = ["test_accuracy", "test_loss", "train_time_s", "time_to_target_s", "steps_to_target", *STEP_METRICS]
     history = history.reindex(columns=["trial_id", *dict.fromkeys(metrics)])
     finite = history[["trial_id"]].join(history[metrics].apply(numeric))
     epochs = finite.groupby("trial_id", sort=False)
@@ -153,6 +153,7 @@ def _own_results(history: pd.DataFrame) -> pd.DataFrame:
         "epochs_run": epochs.size(),
         "final_accuracy": epochs["test_accuracy"].last(),  # the last finite one
         "best_accuracy": epochs["test_accuracy"].max(),
+        "final_loss": epochs["test_loss"].last(),
     })
     own = own.join(epochs[[c for c in STEP_METRICS if column(c).epochs == "median"]].median())
     for whole in (c for c in STEP_METRICS if column(c).epochs == "median_low"):
@@ -163,7 +164,7 @@ def _own_results(history: pd.DataFrame) -> pd.DataFrame:
         own = own.join(picked.reindex(columns=taken))
     # The times as the training loop reported them after the last epoch.
     last = history.drop_duplicates("trial_id", keep="last").set_index("trial_id")
-    for name in ("time_to_accuracy_s", "steps_to_target", "train_time_s"):
+    for name in ("time_to_target_s", "steps_to_target", "train_time_s"):
         own[name] = pd.to_numeric(last[name], errors="coerce")
     return own.set_axis(own.index.astype(object))  # no epochs at all: an empty index of no type
 
@@ -222,7 +223,7 @@ def speedups(trials: pd.DataFrame, baselines: pd.DataFrame) -> pd.DataFrame:
     (NaN/None otherwise: with one worker nothing is communicated, so nothing can be sped up).
 
     ``baselines`` are rows of ``trials`` (``_baseline_times`` says which a trial is compared with). The
-    time is time_to_accuracy_s where the trial and all those baselines have one, otherwise step_time_s;
+    time is time_to_target_s where the trial and all those baselines have one, otherwise step_time_s;
     the baseline time is their mean.
     """
     finite, peers = _baseline_times(trials, baselines)

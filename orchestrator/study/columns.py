@@ -70,9 +70,12 @@ EPOCH: tuple[Column, ...] = (
     Column("train_time_s", "s", "seconds in training steps so far (forward, backward, communication, optimizer; "
            "no start-up, no evaluation): each epoch the slowest rank's sum of its step times",
            steps="sum", ranks="max", epochs="last"),
-    Column("test_accuracy", "share", "accuracy on the whole test set after the epoch, in [0, 1]"),
-    Column("test_loss", "", "mean cross-entropy on the whole test set after the epoch"),
-    Column("train_loss", "", "mean cross-entropy over the epoch's training samples, all ranks"),
+    Column("test_accuracy", "share", "accuracy on the test set (its first eval_samples) after the epoch, in "
+           "[0, 1]; a language model's: of the next token, over every position"),
+    Column("test_loss", "nats", "mean cross-entropy on the test set after the epoch; a language model's: per token"),
+    Column("test_perplexity", "", "exp(test_loss): a language model's perplexity per token; empty for "
+           "classification"),
+    Column("train_loss", "nats", "mean cross-entropy over the epoch's training samples (tokens), all ranks"),
     Column("step_time_s", "s", "seconds per training step", steps="median_low", ranks="max", epochs="median_low"),
     Column("samples_per_s", "samples/s", "training throughput of all workers: samples / the epoch's time",
            epochs="median"),
@@ -94,8 +97,9 @@ EPOCH: tuple[Column, ...] = (
            "steps (empty without /proc/stat): near 0 where the cores, not the link, set the pace",
            ranks="min", epochs="median"),
     Column("compression_ratio", "ratio", "fp32 ring-allreduce bytes / bytes_sent", epochs="median"),
-    Column("time_to_accuracy_s", "s", "train_time_s at the first evaluation (every eval_every_steps steps and "
-           "after each epoch) whose test accuracy reached target_accuracy; empty until then", epochs="last"),
+    Column("time_to_target_s", "s", "train_time_s at the first evaluation (every eval_every_steps steps and "
+           "after each epoch) whose target metric reached the target (target, or target_accuracy); empty until "
+           "then", epochs="last"),
     Column("steps_to_target", "", "training steps each worker had run at that evaluation; empty until then",
            epochs="last"),
     Column("status", "", "the loop's status after the epoch: running, ok, unstable (the last epoch) or "
@@ -115,6 +119,13 @@ ID: tuple[Column, ...] = (
 )
 
 _EPOCH = {c.name: c for c in EPOCH}
+# The metrics a target may name, each with the direction that is better.
+TARGET_METRICS: dict[str, str] = {"test_accuracy": "higher", "test_loss": "lower", "test_perplexity": "lower"}
+
+
+def reached(metric: str, value: float, target: float) -> bool:
+    """Whether ``value`` of ``metric`` is at or past ``target`` in the better direction (NaN: never)."""
+    return value >= target if TARGET_METRICS[metric] == "higher" else value <= target
 
 
 def column(name: str) -> Column:
@@ -130,16 +141,17 @@ TRIAL: tuple[Column, ...] = (
            "max_failures (every result is the last attempt's), 0 if never placed"),
     Column("final_accuracy", "share", "test accuracy after the last epoch run (the last finite one)"),
     Column("best_accuracy", "share", "highest test accuracy over the epochs"),
+    Column("final_loss", "nats", "test_loss after the last epoch run (the last finite one)"),
     Column("accuracy_delta", "share", "final_accuracy minus the mean final_accuracy of the ok fp32 trials of "
            "the same workload (all settings but compression and seed); negative: accuracy lost to compression"),
-    column("time_to_accuracy_s"),
+    column("time_to_target_s"),
     column("steps_to_target"),
     column("train_time_s"),
     Column("speedup_vs_fp32", "ratio", "with two or more workers, baseline time / own time against the ok fp32 "
            "trials of the same settings but compression (the same seed, else the mean over the others): "
-           "time_to_accuracy_s where this trial and its baseline reached the target, else step_time_s; fp32 "
+           "time_to_target_s where this trial and its baseline reached the target, else step_time_s; fp32 "
            "trials get 1; empty with one worker, where nothing is communicated"),
-    Column("speedup_basis", "", "which time speedup_vs_fp32 compares: time_to_accuracy or step_time"),
+    Column("speedup_basis", "", "which time speedup_vs_fp32 compares: time_to_target or step_time"),
     Column("speedup_vs_16bit", "ratio", "the same against the 16-bit baseline (fp16, or bf16 where a study has "
            "no fp16 trials)"),
     Column("speedup_vs_16bit_basis", "", "which time speedup_vs_16bit compares"),

@@ -49,7 +49,7 @@ class Progress:
         self.failed += status == "failed"
         last = history[-1] if history else {}
         if status == "ok":
-            tta = last.get("time_to_accuracy_s")
+            tta = last.get("time_to_target_s")
             reached = f"target reached at {tta:.1f}s" if _finite(tta) else "target not reached"
             accuracy = last.get("test_accuracy")
             text = f"ok, accuracy {accuracy:.4f}, {reached}" if _finite(accuracy) else "ok"

@@ -17,7 +17,7 @@ Every file is written to a temporary file beside it and renamed (``atomic_path``
 so a full disk or a killed process leaves the old file or the new one, never a part.
 
 A record is ``{"trial_id", "name", "settings", "status", "reason", "history",
-"model_summary", "attempts", "worker_node_ips", "link", "traceback", "finished_at"}``:
+"model_summary", "attempts", "worker_node_ips", "link", "traceback", "sources", "finished_at"}``:
 ``status`` is "ok", "unstable", "diverged" or "failed", ``reason`` says why a trial did not
 finish "ok", ``history`` holds the per-epoch metrics the training loop reported
 in its last attempt (``attempts`` counts the starts of the trial's workers: a
@@ -60,11 +60,13 @@ def trials_dir(results: Path) -> Path:
 def make_record(trial: dict[str, Any], status: str, reason: str | None,
                 history: list[dict[str, Any]], model_summary: dict[str, Any] | None = None, *,
                 attempts: int = 1, worker_node_ips: list[str] | None = None,
-                link: dict[str, Any] | None = None, traceback: str | None = None) -> dict[str, Any]:
+                link: dict[str, Any] | None = None, traceback: str | None = None,
+                sources: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A record for ``trial`` (a flat dict from orchestrator.study.sweep_file) that ended in ``status``;
     ``model_summary`` is the training loop's (absent when the trial failed before it returned);
     ``attempts``: how many times its workers started (restarts under max_failures; 0 if never
-    placed); ``history`` holds the last attempt's epochs; ``traceback``: the error of a trial that raised."""
+    placed); ``history`` holds the last attempt's epochs; ``traceback``: the error of a trial that raised;
+    ``sources``: the file and sha256 of each module of the user's code the workers ran."""
     if status not in FINISHED:
         raise ValueError(f"status must be one of {FINISHED}, got {status!r}")
     settings = {k: v for k, v in trial.items() if k not in ("name", "trial_id")}
@@ -80,6 +82,7 @@ def make_record(trial: dict[str, Any], status: str, reason: str | None,
         "worker_node_ips": worker_node_ips,
         "link": link,
         "traceback": traceback,
+        "sources": sources,
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -139,7 +142,8 @@ def _record_problem(record: Any, stem: str) -> str | None:
         return f"status must be one of {list(FINISHED)}, got {record['status']!r}"
     expected = {"name": (str,), "settings": (dict,), "finished_at": (str,), "history": (list,),
                 "reason": (str, type(None)), "model_summary": (dict, type(None)), "link": (dict, type(None)),
-                "worker_node_ips": (list, type(None)), "traceback": (str, type(None)), "attempts": (int,)}
+                "worker_node_ips": (list, type(None)), "traceback": (str, type(None)), "attempts": (int,),
+                "sources": (list, type(None))}
     for key, types in expected.items():
         if key in record and (not isinstance(record[key], types) or isinstance(record[key], bool)):
             return f"{key} must be {' or '.join(_TYPE_NAMES[t] for t in types)}"
@@ -184,8 +188,21 @@ def read_records(results: Path, warn: Callable[[str], None] | None = None) -> li
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
             warn(f"warning: skipping unreadable trial record {path}: {error}")
             continue
-        records.append(record)
+        records.append(_current(record))
     return sorted(records, key=lambda r: str(r["finished_at"]))
+
+
+# Columns earlier versions named otherwise: old results folders still export.
+RENAMED = {"time_to_accuracy_s": "time_to_target_s"}
+
+
+def _current(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with the column names of this version."""
+    for epoch in record["history"]:
+        for old, new in RENAMED.items():
+            if old in epoch:
+                epoch.setdefault(new, epoch.pop(old))
+    return record
 
 
 def finished_ids(results: Path) -> set[str]:

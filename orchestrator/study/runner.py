@@ -147,7 +147,7 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         if emulation is not None:
             _calibrate(emulation, todo, progress)
             address = emulation.address
-        _start_ray(address, sweep.cluster, emulation)
+        _start_ray(address, sweep.cluster, emulation, _shipped(sweep))
         import ray
         from ray import tune
 
@@ -239,7 +239,18 @@ def _calibrate(emulation: Cluster, todo: list[dict[str, Any]], progress: Progres
         emulation.shape(needed[0])
 
 
-def _start_ray(address: str | None, cluster: dict[str, Any], emulation: Cluster | None = None) -> None:
+def _shipped(sweep: Sweep) -> list[str]:
+    """The user's files and packages every Ray node needs to import the sweep's references and imports."""
+    import workloads
+
+    texts = {text for trial in sweep.trials for text in (*(trial["imports"] or ()),
+             *(trial[key] for key in ("model", "dataset") if workloads.references.is_reference(trial[key])
+               and not trial[key].startswith(workloads.TORCHVISION_PREFIX)))}
+    return workloads.references.shipped(sorted(texts))
+
+
+def _start_ray(address: str | None, cluster: dict[str, Any], emulation: Cluster | None = None,
+               py_modules: list[str] = ()) -> None:
     """Join ``address`` (or RAY_ADDRESS, set by ``ray job submit``), else start a local Ray that
     listens on 127.0.0.1 only. Call before anything imports ray (the local address is read then).
     On an emulated cluster, wait until every host's node is alive. RayUnreachable where no cluster
@@ -266,7 +277,9 @@ def _start_ray(address: str | None, cluster: dict[str, Any], emulation: Cluster 
         env_vars.update({key: value for key, value in emulation.env().items() if key != "RAY_ADDRESS"})
     if cluster["placement_timeout_s"] is not None:  # read by Ray Train's controller
         env_vars["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = str(cluster["placement_timeout_s"])
-    runtime_env = {"env_vars": env_vars}
+    runtime_env: dict[str, Any] = {"env_vars": env_vars}
+    if py_modules:  # the user's code, uploaded to every node of the cluster
+        runtime_env["py_modules"] = list(py_modules)
     if address:
         # An interrupt here stops ray.init (it may wait minutes for a cluster that does not answer as one).
         try:
@@ -530,7 +543,7 @@ def _train_worker(config: dict[str, Any]) -> None:
     outcome = train(config["settings"], report=report, threads=config["threads"])
     # One string: Tune's loggers take scalars and dicts, not lists.
     ray.train.report({"outcome": {**{key: outcome[key] for key in ("status", "reason", "model_summary")},
-                                  "worker_node_ips": " ".join(node_ips)}})
+                                  "worker_node_ips": " ".join(node_ips), "sources": json.dumps(outcome["sources"])}})
 
 
 def _recorder(results: Path, progress: Progress, emulation: Cluster | None = None,
@@ -581,7 +594,8 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
             outcome = self.outcome.get(trial.trial_id, {
                 "status": "failed", "reason": "the trial ended without the training loop's outcome"})
             self._finish(trial, outcome["status"], outcome["reason"], outcome.get("model_summary"),
-                         outcome.get("worker_node_ips", "").split() or None)
+                         outcome.get("worker_node_ips", "").split() or None,
+                         sources=json.loads(outcome["sources"]) if "sources" in outcome else None)
 
         def on_trial_error(self, iteration, trials, trial, **info):
             # Tune's error file lies in Ray's temporary folder: the record keeps its text.
@@ -593,7 +607,8 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
                 progress.note(f"traceback of {_trial_name(trial)}: in its record {path} (\"traceback\")")
 
         def _finish(self, trial, status: str, reason: str | None, model_summary: dict | None = None,
-                    worker_node_ips: list[str] | None = None, traceback: str | None = None) -> Path | None:
+                    worker_node_ips: list[str] | None = None, traceback: str | None = None,
+                    sources: list[dict[str, Any]] | None = None) -> Path | None:
             history = self.history.pop(trial.trial_id, [])
             attempts = self.attempts.pop(trial.trial_id, 0)
             if self.stopped:  # the sweep is ending: this trial runs again on resume
@@ -602,7 +617,7 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
                 path = write_record(results, make_record(
                     trial.config["trial"], status, reason, history, model_summary, attempts=attempts,
                     worker_node_ips=worker_node_ips, link=_link(emulation, trial.config["trial"]),
-                    traceback=traceback))
+                    traceback=traceback, sources=sources))
             except OSError as error:
                 self.stopped = True
                 progress.note(f"warning: could not write the record of {_trial_name(trial)} in "

@@ -29,7 +29,9 @@ import torch
 
 import compressors
 import workloads
-from compressors.core.params import RATE, SEED, Param
+
+from . import columns
+from compressors.core.params import NAMES, RATE, SEED, Param
 
 # The most trials a sweep may expand to: each is a dict in memory and a record on disk, and a grid of
 # millions took minutes and gigabytes before failing.
@@ -49,6 +51,9 @@ SWEEP: tuple[Param, ...] = (
     Param("max_concurrent_trials", 1, int, low=1, doc="trials that run at the same time (timing studies: 1)"),
     Param("max_trials", 10_000, int, low=1, high=MAX_TRIALS,
           doc="a grid of more trials is refused before it is expanded"),
+    Param("imports", None, NAMES, nullable=True,
+          doc="modules imported before the sweep is checked, on the driver and in every worker: module names or "
+              ".py files (relative to the sweep file); a compressor they define registers itself"),
 )
 
 CLUSTER: tuple[Param, ...] = (
@@ -74,7 +79,8 @@ EMULATE: tuple[Param, ...] = (
 )
 
 AXES: tuple[Param, ...] = (
-    Param("compressor", "fp32", str, choices=compressors.NAMES, doc="gradient compressor (its table below)"),
+    Param("compressor", "fp32", str,
+          doc="gradient compressor: one of the table below, or one a module of imports registers"),
     Param("compressor_params", None, dict, nullable=True,
           doc="the compressor's own parameters (its table below); null: its defaults"),
     Param("algorithm", None, str, choices=compressors.ALGORITHMS, nullable=True,
@@ -87,10 +93,23 @@ AXES: tuple[Param, ...] = (
 )
 
 _TRAINING: tuple[Param, ...] = (
-    Param("dataset", "mnist", str, choices=workloads.DATASET_NAMES, doc="training and test data"),
+    Param("dataset", "mnist", str,
+          doc=f"training and test data: {', '.join(workloads.DATASET_NAMES)}, or the user's factory as "
+              "MODULE:FACTORY or FILE.py:FACTORY (a path relative to the sweep file)"),
     Param("data_dir", None, str, nullable=True,
-          doc="folder of the dataset's files (mnist: optional, cifar10: required, synthetic: unset)"),
-    Param("model", "mlp", str, choices=workloads.MODEL_NAMES, doc="network to train"),
+          doc="folder of the dataset's files (mnist: optional; cifar10, tokens, image_folder: required; synthetic, "
+              "python_source: unset; a factory gets it as its first argument)"),
+    Param("dataset_options", None, dict, nullable=True,
+          doc="keyword options of a MODULE:FACTORY dataset (built-in datasets take theirs as workload keys)"),
+    Param("model", "mlp", str,
+          doc=f"network to train: {', '.join(workloads.MODEL_NAMES)}, torchvision:NAME (the vision extra), or the "
+              "user's factory as MODULE:FACTORY or FILE.py:FACTORY (a path relative to the sweep file)"),
+    Param("model_options", None, dict, nullable=True,
+          doc="keyword options of a torchvision:NAME or MODULE:FACTORY model (built-in models take theirs as "
+              "workload keys)"),
+    Param("loader_workers", 0, int, low=0, high=64,
+          doc="DataLoader worker processes per training worker for streamed datasets (image_folder, tokens, a "
+              "factory's torch Datasets); 0: read in the training process. In-memory built-ins need none"),
     Param("epochs", 1, int, low=1, high=100_000, doc="passes over the training data"),
     Param("batch_size", 64, int, low=1, doc="samples per step on each worker"),
     Param("optimizer", "sgd", str, choices=("sgd", "adam"), doc="torch.optim.SGD or torch.optim.Adam"),
@@ -98,13 +117,19 @@ _TRAINING: tuple[Param, ...] = (
     Param("momentum", None, float, low=0, high=1, nullable=True, doc="sgd's momentum (null: 0.9); not with adam"),
     Param("weight_decay", 0.0, float, low=0, high=OPTIMIZER_SCALAR_MAX, doc="L2 penalty, as the optimizer applies it"),
     Param("warmup_epochs", 0, int, low=0, doc="first epochs in fp32 before the compressor takes over; < epochs"),
+    Param("target", None, dict, nullable=True,
+          doc="{metric: NAME, value: V}: the value of a test metric (test_accuracy, higher is better; test_loss, "
+              "test_perplexity, lower is better) whose first crossing gives time_to_target_s; a sweep needs "
+              "target or target_accuracy"),
     Param("target_accuracy", None, float, low=0, high=1, low_open=True, nullable=True,
-          doc="test accuracy whose first crossing gives time_to_accuracy_s (required in a sweep)"),
+          doc="shorthand for target: {metric: test_accuracy, value: V}"),
     Param("max_steps_per_epoch", None, int, low=1, nullable=True, doc="cap on steps per epoch (null: all)"),
     Param("eval_every_steps", None, int, low=1, nullable=True,
           doc="while the target is not reached, evaluate on the whole test set every this many steps, so "
-              "time_to_accuracy_s has the resolution of a few steps (evaluation time is not training time); "
+              "time_to_target_s has the resolution of a few steps (evaluation time is not training time); "
               "null: a tenth of an epoch's steps, rounded up. Every epoch also ends with an evaluation"),
+    Param("eval_samples", None, int, low=1, nullable=True,
+          doc="test samples each evaluation uses, the first this many of the test set (null: all of it)"),
     Param("min_compress_numel", 1024, int, low=0, doc="smaller tensors travel uncompressed in one fp32 all_reduce"),
     Param("overlap", True, bool,
           doc="hooks return their futures unwaited, so DDP overlaps communication with backward; false: each "
@@ -123,11 +148,11 @@ WORKLOAD: tuple[Param, ...] = _TRAINING + workloads.MODEL_OPTIONS + workloads.DA
 _BY_NAME = {p.name: p for p in (*SWEEP, *CLUSTER, *AXES, *WORKLOAD)}
 # What the training loop takes (CLI flags, trial settings); num_workers is a trial
 # setting that only the launcher (Ray, torchrun) acts on.
-TRAINING_KEYS: tuple[str, ...] = ("compressor", "compressor_params", "algorithm", "seed", "use_gpu", "backend",
-                                  *(p.name for p in WORKLOAD))
+TRAINING_KEYS: tuple[str, ...] = ("imports", "compressor", "compressor_params", "algorithm", "seed", "use_gpu",
+                                  "backend", *(p.name for p in WORKLOAD))
 # A trial's settings: what its trial_id hashes and the settings columns of its results.
-TRIAL_KEYS: tuple[str, ...] = ("compressor", "compressor_params", "algorithm", "num_workers", "seed", "bandwidth",
-                               "use_gpu", "backend", *(p.name for p in WORKLOAD))
+TRIAL_KEYS: tuple[str, ...] = ("imports", "compressor", "compressor_params", "algorithm", "num_workers", "seed",
+                               "bandwidth", "use_gpu", "backend", *(p.name for p in WORKLOAD))
 # The baselines: every speedup is against fp32 and the 16-bit cast (fp16, or bf16 where a
 # study has no fp16 trials); a sweep adds fp32 and fp16 unless told not to.
 FP32 = "fp32"
@@ -175,20 +200,11 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
     """
     if settings.get("optimizer") == "adam" and settings.get("momentum") is not None:
         yield "momentum", "adam takes no momentum (it has betas); unset momentum or use optimizer: sgd"
-    for owner, options in (("model", workloads.model_options), ("dataset", workloads.dataset_options)):
-        taken = {p.name for p in options(settings[owner])}
-        every = workloads.MODEL_OPTIONS if owner == "model" else workloads.DATASET_OPTIONS
-        for p in every:
-            if settings.get(p.name) is not None and p.name not in taken:
-                yield p.name, f"{owner} {settings[owner]!r} takes no option {p.name!r}"
-    if settings["dataset"] == "synthetic" and settings.get("input_shape") is not None:
-        problem = _input_problem(settings["model"], tuple(settings["input_shape"]))
-        if problem:
-            yield "input_shape", problem
-    if settings.get("data_dir") is not None and workloads.DATA_DIR[settings["dataset"]] is None:
-        yield "data_dir", f"dataset {settings['dataset']!r} reads no files; leave data_dir unset"
-    if settings.get("data_dir") is None and workloads.DATA_DIR[settings["dataset"]] == "required":
-        yield "data_dir", f"dataset {settings['dataset']!r} needs data_dir (the folder of its files)"
+    if settings["compressor"] not in compressors.names():
+        yield "compressor", (f"unknown compressor {settings['compressor']!r}; valid: {', '.join(compressors.names())}"
+                             " (or one a module of imports registers)")
+    yield from _workload_problems(settings)
+    yield from _target_problems(settings)
     if settings["warmup_epochs"] and settings["warmup_epochs"] >= settings["epochs"]:
         yield "warmup_epochs", (f"warmup_epochs={settings['warmup_epochs']} must be < epochs={settings['epochs']}, "
                                 "or the compressor never runs")
@@ -207,6 +223,87 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
         valid = algorithms(settings["compressor"])
         yield "algorithm", (f"algorithm {algorithm!r} is invalid for {settings['compressor']!r}; valid: "
                             + (", ".join(valid) if valid else "none (it runs its own communication hook)"))
+
+
+def _workload_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
+    """The model's and the dataset's problems: unknown names, factories that cannot be imported, options
+    they do not take (a built-in's as workload keys, the others' as model_options / dataset_options)."""
+    for owner in ("model", "dataset"):
+        name, extra = settings[owner], f"{owner}_options"
+        builtin = (workloads.model_kind if owner == "model" else workloads.dataset_kind)(name) == workloads.BUILTIN
+        every = workloads.MODEL_OPTIONS if owner == "model" else workloads.DATASET_OPTIONS
+        if builtin:
+            known = name in (workloads.MODEL_NAMES if owner == "model" else workloads.DATASET_NAMES)
+            taken = {p.name for p in (workloads.model_options if owner == "model" else workloads.dataset_options)(name)} \
+                if known else set()
+            for p in every:
+                if settings.get(p.name) is not None and known and p.name not in taken:
+                    yield p.name, f"{owner} {name!r} takes no option {p.name!r}"
+            if settings.get(extra) is not None:
+                yield extra, (f"{owner} {name!r} is built in: its options are workload keys "
+                              f"({', '.join(sorted(taken)) or 'it has none'}); {extra} is for "
+                              + ("torchvision:NAME and " if owner == "model" else "") + "MODULE:FACTORY ones")
+        else:
+            for p in every:
+                if settings.get(p.name) is not None:
+                    yield p.name, f"{owner} {name!r} takes its options in {extra}, not as the workload key {p.name!r}"
+        options = settings.get(extra) or {}
+        problem = (workloads.model_problem(name, options, settings.get("input_shape")) if owner == "model"
+                   else workloads.dataset_problem(name, options))
+        if problem:
+            yield owner, problem
+    if settings["dataset"] == "synthetic" and settings.get("input_shape") is not None \
+            and workloads.model_kind(settings["model"]) == workloads.BUILTIN and settings["model"] in workloads.MODEL_NAMES:
+        problem = _input_problem(settings["model"], tuple(settings["input_shape"]))
+        if problem:
+            yield "input_shape", problem
+    data_dir = workloads.DATA_DIR.get(settings["dataset"], "optional")  # a factory decides for itself
+    if settings.get("data_dir") is not None and data_dir is None:
+        yield "data_dir", f"dataset {settings['dataset']!r} reads no files; leave data_dir unset"
+    if settings.get("data_dir") is None and data_dir == "required":
+        yield "data_dir", f"dataset {settings['dataset']!r} needs data_dir (the folder of its files)"
+
+
+def _target_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
+    target = settings.get("target")
+    if target is None:
+        return
+    if settings.get("target_accuracy") is not None:
+        yield "target", "give target or its shorthand target_accuracy, not both"
+        return
+    if set(target) != {"metric", "value"}:
+        yield "target", f"target must be {{metric: NAME, value: V}}, got keys {sorted(map(str, target))}"
+        return
+    metric, value = target["metric"], target["value"]
+    if metric not in columns.TARGET_METRICS:
+        yield "target", f"target metric must be one of {', '.join(columns.TARGET_METRICS)}, got {metric!r}"
+        return
+    bound = Param("value", None, float, low=0, low_open=True, high=1 if metric == "test_accuracy" else None)
+    if bound.problem(bound.read(value)):
+        yield "target", f"target value for {metric} must be {bound.describe()}, got {value!r}"
+
+
+def target_of(settings: dict[str, Any]) -> tuple[str, float] | None:
+    """``(metric, value)`` of a trial's target (target_accuracy: test_accuracy), or None without one."""
+    if settings.get("target") is not None:
+        return settings["target"]["metric"], float(Param("value", None, float).read(settings["target"]["value"]))
+    if settings.get("target_accuracy") is not None:
+        return "test_accuracy", float(settings["target_accuracy"])
+    return None
+
+
+def model_options_of(settings: dict[str, Any]) -> dict[str, Any]:
+    """The keyword options the model is built with: a built-in's workload keys, else model_options."""
+    if workloads.model_kind(settings["model"]) == workloads.BUILTIN:
+        return {p.name: settings[p.name] for p in workloads.model_options(settings["model"])}
+    return dict(settings.get("model_options") or {})
+
+
+def dataset_options_of(settings: dict[str, Any]) -> dict[str, Any]:
+    """The keyword options the dataset is built with: a built-in's workload keys, else dataset_options."""
+    if workloads.dataset_kind(settings["dataset"]) == workloads.BUILTIN:
+        return {p.name: settings[p.name] for p in workloads.dataset_options(settings["dataset"])}
+    return dict(settings.get("dataset_options") or {})
 
 
 @functools.cache
@@ -230,6 +327,7 @@ def check_training(given: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(given) - set(TRAINING_KEYS))
     if unknown:
         raise ValueError(f"unknown training setting(s) {unknown}; valid: {sorted(TRAINING_KEYS)}")
+    import_modules(_BY_NAME["imports"].check("setting", given.get("imports")))  # they may register a compressor
     config = training_defaults()
     for key, value in given.items():
         config[key] = _BY_NAME[key].check("setting", value)
@@ -237,6 +335,15 @@ def check_training(given: dict[str, Any]) -> dict[str, Any]:
     for key, message in relation_problems(config):
         raise ValueError(f"setting {key}: {message}")
     return config
+
+
+def import_modules(imports: list[str] | None) -> None:
+    """Import each module of ``imports`` (a name or a .py file); ValueError names the one that fails."""
+    for text in imports or ():
+        try:
+            workloads.import_module(text)
+        except ValueError as error:
+            raise ValueError(f"setting imports: {error}") from None
 
 
 def read_compressor_params(compressor: str, given: dict[str, Any]) -> dict[str, Any]:

@@ -18,9 +18,10 @@ CHANCE_MARGIN = 0.05  # a test accuracy within this of a constant prediction's i
 LEARNED_MARGIN = 0.2  # ... after a best this far above it
 
 
-def unstable_reason(history: Sequence[dict[str, Any]], constant_accuracy: float) -> str | None:
+def unstable_reason(history: Sequence[dict[str, Any]], constant_accuracy: float | None) -> str | None:
     """Why a finished run collapsed, or None. ``history``: its epochs (train_loss, test_accuracy);
-    ``constant_accuracy``: the test accuracy of always predicting the most frequent class."""
+    ``constant_accuracy``: the test accuracy of always predicting the most frequent class (None where the
+    dataset does not say: then only the loss is judged)."""
     if len(history) < 2:
         return None
     losses = [float(e["train_loss"]) for e in history]
@@ -28,6 +29,8 @@ def unstable_reason(history: Sequence[dict[str, Any]], constant_accuracy: float)
     if math.isfinite(losses[-1]) and losses[-1] > LOSS_RISE * losses[lowest]:
         return (f"the training loss rose to {losses[-1]:.3g} in the last epoch, more than {LOSS_RISE:g}x its "
                 f"lowest ({losses[lowest]:.3g}, epoch {lowest + 1})")
+    if constant_accuracy is None:
+        return None
     accuracies = [float(e["test_accuracy"]) for e in history]
     best = max(range(len(accuracies)), key=accuracies.__getitem__)
     if accuracies[best] <= constant_accuracy + CHANCE_MARGIN:

@@ -250,14 +250,15 @@ class _Checker:
         import compressors
 
         entry = _Mapping({"name": raw}, line=line) if isinstance(raw, str) else self.mapping(raw, where, line)
+        names = compressors.names()  # with those the sweep's imports registered
         if "name" not in entry:
-            raise self.fail(entry.line, f"{where} needs a 'name' (one of {', '.join(compressors.NAMES)})")
+            raise self.fail(entry.line, f"{where} needs a 'name' (one of {', '.join(names)})")
         name = entry["name"]
-        if name not in compressors.NAMES:
-            close = difflib.get_close_matches(str(name), compressors.NAMES, n=1)
+        if name not in names:
+            close = difflib.get_close_matches(str(name), names, n=1)
             suggestion = f" (did you mean {close[0]!r}?)" if close else ""
             raise self.fail(entry.lines["name"], f"unknown compressor {_short(name)} in {where}{suggestion}; "
-                                                 f"valid: {', '.join(compressors.NAMES)}")
+                                                 f"valid: {', '.join(names)}")
         declared = {p.name: p for p in compressors.params_of(name) if p.name != "seed"}
         hints = {p: f"compressor {name!r} has no parameter {p!r}" for p in schema.compressor_param_names()
                  if p not in declared}
@@ -286,6 +287,18 @@ class _Checker:
 
 
 _short = short_repr  # no message grows with the input
+
+
+def _beside(sweep_path: Path, text: str) -> str:
+    """``text`` with a relative ``.py`` file in it (an import, or FILE.py:FACTORY) made absolute against the
+    sweep file's folder; anything else as it is."""
+    where, colon, attr = text.rpartition(":") if ":" in text else (text, "", "")
+    if not where.endswith(".py"):
+        return text
+    path = Path(where).expanduser()
+    if not path.is_absolute():
+        path = sweep_path.resolve().parent / path
+    return f"{path}{colon}{attr}"
 
 
 def _emulate(check: _Checker, cluster_map: _Mapping, sweep_map: _Mapping) -> dict[str, Any]:
@@ -325,6 +338,13 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     options = {p.name: top[p.name] for p in schema.SWEEP if p.name != "name" and p.name in top}
     top_settings = {p.name: (check.value(p, options[p.name], p.name, top.lines[p.name]) if p.name in options
                              else p.default) for p in schema.SWEEP if p.name != "name"}
+    if top_settings["imports"] is not None:
+        # Before anything is checked: a module may register a compressor the sweep names.
+        top_settings["imports"] = [_beside(path, text) for text in top_settings["imports"]]
+        try:
+            schema.import_modules(top_settings["imports"])
+        except ValueError as error:
+            raise check.fail(top.lines["imports"], str(error)) from None
     workload_map = check.mapping(top["workload"], "workload", top.lines["workload"])
     cluster_map = check.mapping(top.get("cluster"), "cluster", top.lines.get("cluster", 1))
     sweep_map = check.mapping(top.get("sweep"), "sweep", top.lines.get("sweep", 1))
@@ -335,8 +355,9 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     sweep_hints = {"compressor_params": "write a compressor's parameters in its entry under sweep.compressor"}
     check.keys(sweep_map, [k for k in axis_names if k != "compressor_params"] + [p.name for p in schema.WORKLOAD],
                "sweep", sweep_hints)
-    if "target_accuracy" not in workload_map and "target_accuracy" not in sweep_map:
-        raise check.fail(top.lines["workload"], "missing required key 'target_accuracy' in workload")
+    if not {"target", "target_accuracy"} & {*workload_map, *sweep_map}:
+        raise check.fail(top.lines["workload"], "missing required key 'target' (or its shorthand "
+                                                "'target_accuracy') in workload")
     for key in sweep_map:
         if key in workload_map:
             raise check.fail(sweep_map.lines[key], f"{key!r} is set in both workload and sweep; keep one")
@@ -374,7 +395,7 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
             raise check.fail(sweep_map.lines["num_workers"], f"num_workers {workers} is more than the {hosts} "
                                                              "emulated hosts (cluster.emulate.hosts): one worker "
                                                              "per host")
-    trials = _expand(check, workload, cluster, axes, entries, lines)
+    trials = _expand(check, {**workload, "imports": top_settings["imports"]}, cluster, axes, entries, lines)
     return Sweep(name, path, cluster, top_settings["max_concurrent_trials"], trials)
 
 
@@ -412,6 +433,8 @@ def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], 
                             **overrides,
                         }
                         settings = {key: settings[key] for key in schema.TRIAL_KEYS}
+                        for key in ("model", "dataset"):  # a file is named relative to the sweep file
+                            settings[key] = _beside(check.path, settings[key])
                         data_dir = settings["data_dir"]
                         if data_dir is not None:
                             # Trials run elsewhere: they get ~ expanded here. A relative folder stays as

@@ -1,10 +1,11 @@
 """The training loop every worker runs: plain torch, with or without Ray.
 
-``train(config, report)`` builds the workload, wraps the model in DDP and
+``train(config, report)`` builds the workload (a built-in, torchvision's, or
+the user's own model and data: workloads.catalog), wraps the model in DDP and
 attaches the compressor as its communication hook (fp32 over allreduce, the
-baseline, is plain DDP: no hook), trains, evaluates on the whole test set
-after every epoch (and every ``eval_every_steps`` steps until the target is
-reached, for the step of the first crossing), and calls ``report(metrics)``
+baseline, is plain DDP: no hook), trains, evaluates on the test set after
+every epoch (and every ``eval_every_steps`` steps until the target is reached,
+for the step of the first crossing), and calls ``report(metrics)``
 with the epoch's columns (orchestrator.study.columns.EPOCH, each reduced over
 steps and ranks as it is declared there). It runs three ways with the same code:
 
@@ -19,17 +20,19 @@ through the same hook as with many workers, and its cost in accuracy shows.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 import yaml
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 import workloads
 from compressors.comm import accounting
@@ -40,7 +43,7 @@ from compressors.ddp.step_clock import StepClock
 from . import columns, env_info, settings, stability
 
 Report = Callable[[dict[str, Any]], None]
-EVAL_BATCH = 1000
+EVAL_BATCH = 1000  # samples per forward pass when evaluating an in-memory classification split
 
 
 def _backend(config: dict[str, Any]) -> str:
@@ -123,30 +126,78 @@ class _Aggregate:
         return t.tolist()
 
 
-def _evaluate(model: torch.nn.Module, test: workloads.Split, rank: int, world: int, device: torch.device,
-              aggregate: _Aggregate) -> tuple[float, float]:
-    """Accuracy and mean loss on the whole test set, each rank taking every world-th sample."""
+def _loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of logits [..., classes] against targets [...]: a label per sample (classification) or
+    the next token at every position (a language model), in nats per target."""
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction=reduction)
+
+
+def _batches(train: workloads.Split | Dataset, rank: int, world: int, epoch: int, config: dict[str, Any],
+             steps: int, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """This rank's ``steps`` batches of an epoch. Both ways give the same samples: shard_indices is
+    DistributedSampler's order (a permutation seeded by seed + epoch, padded, every world-th)."""
+    size = config["batch_size"]
+    if isinstance(train, workloads.Split):  # in memory: indexing beats a DataLoader's per-sample calls
+        indices = workloads.shard_indices(len(train), rank, world, epoch, config["seed"])
+        for step in range(steps):
+            batch = indices[step * size:(step + 1) * size]
+            yield train.x[batch], train.y[batch]
+        return
+    sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=config["seed"])
+    sampler.set_epoch(epoch)
+    loader = DataLoader(train, batch_size=size, sampler=sampler, num_workers=config["loader_workers"],
+                        pin_memory=device.type == "cuda")
+    yield from itertools.islice(loader, steps)
+
+
+def _evaluate(model: torch.nn.Module, data: workloads.DatasetPair, rank: int, world: int, device: torch.device,
+              aggregate: _Aggregate, config: dict[str, Any]) -> dict[str, float | None]:
+    """test_accuracy, test_loss and test_perplexity (a language model's; None otherwise) on the test set's
+    first eval_samples (all of it by default), each rank taking every world-th sample."""
+    test = data.test
+    count = len(test) if config["eval_samples"] is None else min(config["eval_samples"], len(test))
+    if isinstance(test, workloads.Split):
+        per_pass = EVAL_BATCH if data.task == workloads.CLASSIFICATION else config["batch_size"]
+        x_all, y_all = test.x[rank:count:world], test.y[rank:count:world]
+        batches = ((x_all[i:i + per_pass], y_all[i:i + per_pass]) for i in range(0, len(y_all), per_pass))
+    else:
+        batches = DataLoader(Subset(test, range(rank, count, world)), batch_size=config["batch_size"],
+                             num_workers=config["loader_workers"], pin_memory=device.type == "cuda")
     model.eval()
-    correct, loss_sum = 0.0, 0.0
-    x_all, y_all = test.x[rank::world], test.y[rank::world]
+    correct, loss_sum, targets = 0.0, 0.0, 0.0
     with torch.no_grad():
-        for i in range(0, len(y_all), EVAL_BATCH):
-            x, y = x_all[i:i + EVAL_BATCH].to(device), y_all[i:i + EVAL_BATCH].to(device)
+        for x, y in batches:
+            x, y = x.to(device), y.to(device)
             out = model(x)
-            loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
-            correct += float((out.argmax(1) == y).sum())
+            loss_sum += float(_loss(out, y, "sum"))
+            correct += float((out.argmax(-1) == y).sum())
+            targets += y.numel()
     model.train()
-    correct, loss_sum = aggregate([correct, loss_sum], "sum")
-    return correct / len(test.y), loss_sum / len(test.y)
+    correct, loss_sum, targets = aggregate([correct, loss_sum, targets], "sum")
+    loss = loss_sum / targets
+    perplexity = float(torch.tensor(loss, dtype=torch.float64).exp()) if data.task == workloads.LANGUAGE_MODEL \
+        else None
+    return {"test_accuracy": correct / targets, "test_loss": loss, "test_perplexity": perplexity}
 
 
-def _constant_accuracy(test: workloads.Split) -> float:
-    """The test accuracy of always predicting the most frequent class: what chance means here."""
-    return float(torch.bincount(test.y).max()) / len(test.y)
+def _constant_accuracy(data: workloads.DatasetPair, config: dict[str, Any]) -> float | None:
+    """The test accuracy of always predicting the most frequent class (token): what chance means here;
+    None where the test set does not say without reading every sample."""
+    test = data.test
+    if isinstance(test, workloads.Split):
+        y = test.y[:config["eval_samples"]].reshape(-1)
+        return float(torch.bincount(y).max()) / y.numel()
+    if hasattr(test, "majority_share"):  # token windows
+        return float(test.majority_share())
+    if hasattr(test, "targets"):  # torchvision's ImageFolder
+        y = torch.as_tensor(test.targets)[:config["eval_samples"]]
+        return float(torch.bincount(y).max()) / y.numel()
+    return None
 
 
 def train(config: dict[str, Any], report: Report | None = None, threads: int | None = None) -> dict[str, Any]:
-    """Train one configuration; returns ``{status, reason, model_summary, final, history}``.
+    """Train one configuration; returns ``{status, reason, model_summary, sources, final, history}``
+    (``sources``: the file and sha256 of each module of the user's code it ran).
 
     ``config`` holds training-loop settings (``settings.TRAINING_KEYS``; missing
     ones take their defaults); an invalid one raises ValueError naming it.
@@ -165,12 +216,13 @@ def train(config: dict[str, Any], report: Report | None = None, threads: int | N
 def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
            device: torch.device) -> dict[str, Any]:
     aggregate = _Aggregate(world, device)
-    options = {p.name: config[p.name] for p in workloads.dataset_options(config["dataset"])}
-    data = workloads.build_dataset(config["dataset"], data_dir=config["data_dir"], seed=config["seed"], **options)
+    data = workloads.build_dataset(config["dataset"], data_dir=config["data_dir"], seed=config["seed"],
+                                   **settings.dataset_options_of(config))
     torch.manual_seed(config["seed"])  # identical initial weights on every rank
-    model_options = {p.name: config[p.name] for p in workloads.model_options(config["model"])}
-    model = workloads.build_model(config["model"], data.input_shape, data.num_classes, **model_options).to(device)
+    model = workloads.build_model(config["model"], data.input_shape, data.num_classes,
+                                  **settings.model_options_of(config)).to(device)
     summary = workloads.model_summary(model, config["min_compress_numel"])
+    sources = workloads.sources(config["model"], config["dataset"], config["imports"] or ())
 
     # DDP also with one worker: the compressor encodes and decodes every gradient, so its cost in
     # accuracy shows, through the same hook as with many.
@@ -190,34 +242,32 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
         switch = ddp.HookSwitch(warm if config["warmup_epochs"] > 0 else main, clock)
         switch.register(model, [warm, main])
     optimizer = _optimizer(config, params)
-    samples_per_epoch = math.ceil(len(data.train.y) / world)
+    samples_per_epoch = math.ceil(len(data.train) / world)
 
     history: list[dict[str, Any]] = []
     status, reason, train_time, reached_at, reached_step = "ok", None, 0.0, None, None
     global_step = 0
-    target = config["target_accuracy"]
+    target = settings.target_of(config)
     for epoch_number in range(1, config["epochs"] + 1):
         if config["fail_at_epoch"] == epoch_number:
             raise RuntimeError(f"fail_at_epoch={epoch_number}: failing on purpose")
         hook = warm if epoch_number <= config["warmup_epochs"] else main
         if plain is None:
             switch.active = hook
-        indices = workloads.shard_indices(len(data.train.y), rank, world, epoch_number, config["seed"])
         steps = math.ceil(samples_per_epoch / config["batch_size"])
         if config["max_steps_per_epoch"]:
             steps = min(steps, config["max_steps_per_epoch"])
         every = config["eval_every_steps"] or math.ceil(steps / 10)
-        step_times, exposed, loss_sum, samples = [], [], 0.0, 0
+        step_times, exposed, loss_sum, samples, targets = [], [], 0.0, 0, 0
         first_stat = len(hook.history)
         ticks = env_info.cpu_ticks()
-        for step in range(steps):
-            batch = indices[step * config["batch_size"]:(step + 1) * config["batch_size"]]
-            x, y = data.train.x[batch].to(device), data.train.y[batch].to(device)
+        for step, (x, y) in enumerate(_batches(data.train, rank, world, epoch_number, config, steps, device)):
+            x, y = x.to(device), y.to(device)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
             clock.start()
-            loss = F.cross_entropy(model(x), y)
+            loss = _loss(model(x), y)
             if config["force_nan_at_step"] == global_step:
                 loss = loss * math.nan
             optimizer.zero_grad(set_to_none=False)
@@ -229,13 +279,14 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             step_times.append(time.perf_counter() - start)
             if plain is not None:
                 plain.end_step()
-            loss_sum += float(loss.detach()) * len(batch)
-            samples += len(batch)
+            loss_sum += float(loss.detach()) * y.numel()
+            samples += len(x)
+            targets += y.numel()
             global_step += 1
             if target is not None and reached_at is None and global_step % every == 0 and step + 1 < steps:
                 (elapsed,) = aggregate([math.fsum(step_times)], "max")  # the slowest rank's, as train_time_s
-                accuracy, _ = _evaluate(model, data.test, rank, world, device, aggregate)
-                if accuracy >= target:
+                tested = _evaluate(model, data, rank, world, device, aggregate, config)
+                if columns.reached(target[0], tested[target[0]], target[1]):
                     reached_at, reached_step = train_time + elapsed, global_step
         stats = hook.history[first_stat:]
         end_ticks = env_info.cpu_ticks()
@@ -252,10 +303,11 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
         epoch = {**columns.reduce_over_ranks(local, aggregate), "epoch": epoch_number}
         epoch_time = epoch["train_time_s"]
         train_time += epoch_time
-        loss_sum, samples = aggregate([loss_sum, float(samples)], "sum")
-        train_loss = loss_sum / max(samples, 1)
-        accuracy, test_loss = _evaluate(model, data.test, rank, world, device, aggregate)
-        if reached_at is None and target is not None and accuracy >= target:
+        loss_sum, samples, targets = aggregate([loss_sum, float(samples), float(targets)], "sum")
+        train_loss = loss_sum / max(targets, 1)
+        tested = _evaluate(model, data, rank, world, device, aggregate, config)
+        test_loss = tested["test_loss"]
+        if reached_at is None and target is not None and columns.reached(target[0], tested[target[0]], target[1]):
             reached_at, reached_step = train_time, global_step
         # The last step's update may overflow after its (finite) loss was taken: check what it left.
         finite_params = bool(torch.stack([torch.isfinite(p).all() for p in params]).all())
@@ -266,23 +318,23 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
         elif not finite_params:
             status, reason = "diverged", f"a parameter became non-finite in epoch {epoch_number}"
         epoch.update({
-            "train_time_s": train_time, "test_accuracy": accuracy, "test_loss": test_loss, "train_loss": train_loss,
+            "train_time_s": train_time, **tested, "train_loss": train_loss,
             "samples_per_s": samples / max(epoch_time, 1e-12),
             "compression_ratio": accounting.compression_ratio(grad_numel, world, epoch["bytes_sent"]),
-            "time_to_accuracy_s": reached_at, "steps_to_target": reached_step,
+            "time_to_target_s": reached_at, "steps_to_target": reached_step,
             "status": "running" if status == "ok" and epoch_number < config["epochs"] else status,
         })
         metrics = {c.name: epoch[c.name] for c in columns.EPOCH}
         history.append(metrics)
         if status == "ok" and epoch_number == config["epochs"]:
-            reason = stability.unstable_reason(history, _constant_accuracy(data.test))
+            reason = stability.unstable_reason(history, _constant_accuracy(data, config))
             if reason is not None:
                 status = metrics["status"] = "unstable"
         if report is not None:
             report(metrics)
         if status == "diverged":
             break
-    return {"status": status, "reason": reason, "model_summary": summary,
+    return {"status": status, "reason": reason, "model_summary": summary, "sources": sources,
             "final": history[-1] if history else {}, "history": history}
 
 

@@ -69,7 +69,7 @@ sweep:
     (HEADER.replace("name: t", "name: my study"), 1, ["name"]),
     (HEADER.replace("name: t", "name: .."), 1, ["name", "not '.' or '..'"]),
     (HEADER + "sweep:\n  compressor: [none]\n", 9, ["unknown compressor 'none'"]),
-    (HEADER.replace("  model: mlp\n", "  model: mlpp\n"), 3, ["workload.model", "mlp"]),
+    (HEADER.replace("  model: mlp\n", "  model: mlpp\n"), 3, ["model: unknown model 'mlpp' (did you mean 'mlp'?)"]),
 ]
 
 

@@ -1,0 +1,168 @@
+"""The user's own code by import reference: ``package.module:factory`` or ``path/file.py:factory``.
+
+A model or dataset that is not built in is named by where its factory lives,
+as Ray's and PyTorch's examples take the user's own ``nn.Module``:
+
+- ``package.module:factory``: imported by module name (installed, or on the path);
+- ``path/to/file.py:factory``: the file itself (callers resolve a relative path
+  against the sweep file's folder before it gets here).
+
+The same loader imports the modules of a sweep's ``imports:`` list (a module
+name or a ``.py`` file), which register what they define (a compressor
+subclass registers itself). On a node where a referenced file's path does not
+exist, the module is imported by its file's name: the runner ships the files
+to every Ray node through ``runtime_env`` (``py_modules``), which puts them on
+the path under that name.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+import sysconfig
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+# A module the user's code may be in. Imports of a ``.py`` file are keyed by its resolved path.
+_FILES: dict[Path, ModuleType] = {}
+
+
+class ReferenceProblem(ValueError):
+    """A reference that cannot be used: malformed, not importable, no such factory."""
+
+
+def is_reference(text: str) -> bool:
+    """Whether ``text`` names code by ``MODULE:FACTORY`` or ``FILE.py:FACTORY`` (not a built-in name)."""
+    return ":" in text
+
+
+def split(text: str) -> tuple[str, str]:
+    """``(module or file, factory)`` of a reference; ReferenceProblem where either part is malformed."""
+    where, _, attr = text.rpartition(":")
+    if not where or not attr.isidentifier():
+        raise ReferenceProblem(f"{text!r} is not MODULE:FACTORY or FILE.py:FACTORY (the factory a Python name)")
+    if not where.endswith(".py") and not _MODULE.fullmatch(where):
+        raise ReferenceProblem(f"{text!r}: {where!r} is neither a module name (a.b.c) nor a .py file")
+    return where, attr
+
+
+def import_module(where: str) -> ModuleType:
+    """The module at ``where``: a dotted module name, or a ``.py`` file (imported once per process).
+
+    Whatever the user's code raises while importing becomes a one-line ReferenceProblem.
+    """
+    try:
+        if not where.endswith(".py"):
+            return importlib.import_module(where)
+        path = Path(where)
+        if not path.is_file():
+            # Not on this node: the runner shipped it through Ray's py_modules, on the path by its name.
+            if path.is_absolute() and path.stem.isidentifier() and importlib.util.find_spec(path.stem):
+                return importlib.import_module(path.stem)
+            raise ReferenceProblem(f"no file {where}")
+        path = path.resolve()
+        if path not in _FILES:
+            _FILES[path] = _load_file(path)
+        return _FILES[path]
+    except ReferenceProblem:
+        raise
+    except ModuleNotFoundError as error:
+        raise ReferenceProblem(f"cannot import {where}: no module named {error.name!r}") from None
+    except BaseException as error:  # the user's module body may raise anything, SystemExit included
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ReferenceProblem(f"cannot import {where}: {type(error).__name__}" + (f": {first}" if first else "")) \
+            from None
+
+
+def _load_file(path: Path) -> ModuleType:
+    # Known by its file's name where that is free, so that pickling its classes (DataLoader workers
+    # that spawn) finds it; otherwise by a name of its own that no other module has.
+    name = path.stem if path.stem.isidentifier() and path.stem not in sys.modules else \
+        f"lowprec_user_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ReferenceProblem(f"cannot import {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def factory(text: str) -> Callable[..., Any]:
+    """The callable a reference names; ReferenceProblem for a missing or uncallable one."""
+    where, attr = split(text)
+    module = import_module(where)
+    fn = getattr(module, attr, None)
+    if fn is None:
+        public = sorted(name for name, value in vars(module).items() if callable(value) and not name.startswith("_")
+                        and getattr(value, "__module__", None) == module.__name__)
+        raise ReferenceProblem(f"{where} has no {attr!r}" + (f"; it defines {', '.join(public)}" if public else ""))
+    if not callable(fn):
+        raise ReferenceProblem(f"{text}: {attr!r} is a {type(fn).__name__}, not a callable")
+    return fn
+
+
+def options_problem(text: str, fn: Callable[..., Any], positional: int, options: Mapping[str, Any]) -> str | None:
+    """What the factory's signature says of ``positional`` arguments plus keyword ``options`` (None: it
+    takes them)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # a builtin without a signature: its call says it
+    try:
+        signature.bind(*range(positional), **options)
+    except TypeError as error:
+        takes = [p.name for p in list(signature.parameters.values())[positional:]
+                 if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return (f"{text}: {error}; it takes " + (", ".join(takes) if takes else "no options")
+                + " beyond its " + str(positional) + " positional arguments")
+    return None
+
+
+def source(text: str) -> dict[str, str | None]:
+    """Where the code of a reference or an import comes from: ``{reference, file, sha256}`` of the
+    module's file (file and sha256 None for a module without one)."""
+    where = split(text)[0] if is_reference(text) else text
+    module = import_module(where)
+    file = getattr(module, "__file__", None)
+    digest = hashlib.sha256(Path(file).read_bytes()).hexdigest() if file and Path(file).is_file() else None
+    return {"reference": text, "file": file, "sha256": digest}
+
+
+def shipped(texts: list[str]) -> list[str]:
+    """What Ray's ``py_modules`` must carry so that every node can import these references and imports:
+    each ``.py`` file, and the top-level package of each module that is not installed (not under the
+    interpreter's library folders) nor part of this project."""
+    installed = {Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                 if (p := sysconfig.get_paths().get(key))}
+    ours = Path(__file__).resolve().parent.parent
+    out: list[str] = []
+    for text in texts:
+        where = split(text)[0] if is_reference(text) else text
+        if where.endswith(".py"):
+            path = str(Path(where).resolve())
+        else:
+            top = import_module(where.split(".")[0])
+            origin = getattr(top, "__file__", None)
+            if origin is None:
+                continue  # a namespace package or a builtin: nothing to ship
+            origin_path = Path(origin).resolve()
+            package = origin_path.parent if origin_path.name == "__init__.py" else origin_path
+            if package.parent == ours or any(package.is_relative_to(root) for root in installed):
+                continue
+            path = str(package)
+        if path not in out:
+            out.append(path)
+    return out
