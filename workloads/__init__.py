@@ -9,8 +9,8 @@ from .catalog import (
     BUILTIN, REFERENCE, TORCHVISION, build_dataset, build_model, dataset_kind, dataset_problem, model_kind,
     model_problem, sources,
 )
-from .datasets import DATA_DIR, DATASET_NAMES, DATASET_OPTIONS, dataset_options
-from .models import MODEL_NAMES, MODEL_OPTIONS, model_options
+from .datasets import DATA_DIR, DATASET_NAMES, DATASET_OPTIONS, DATASET_TASKS, dataset_options
+from .models import MODEL_NAMES, MODEL_OPTIONS, MODEL_TASKS, model_options
 from .references import ReferenceProblem, import_module
 from .torchvision_models import TORCHVISION_PREFIX
 from .sharding import shard_indices
@@ -36,9 +36,11 @@ __all__ = [
     "TASKS",
     "DATASET_NAMES",
     "DATASET_OPTIONS",
+    "DATASET_TASKS",
     "DATA_DIR",
     "MODEL_NAMES",
     "MODEL_OPTIONS",
+    "MODEL_TASKS",
     "DatasetFormatError",
     "DatasetPair",
     "Split",

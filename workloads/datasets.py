@@ -17,7 +17,7 @@ from typing import Any
 from compressors.core.params import SHAPE, Param
 
 from .cifar10 import load_cifar10
-from .dataset_types import DatasetPair
+from .dataset_types import CLASSIFICATION, LANGUAGE_MODEL, DatasetPair
 from .image_folder import load_image_folder
 from .mnist import load_mnist
 from .options import Builder, call_builder, distinct_options
@@ -47,6 +47,8 @@ DATASETS: dict[str, Builder] = {
               doc="image_folder: side of the square crop fed to the model (null: 224)"),)),
 }
 DATASET_NAMES = tuple(DATASETS)
+# The task each built-in dataset serves.
+DATASET_TASKS = {name: LANGUAGE_MODEL if name in ("python_source", "tokens") else CLASSIFICATION for name in DATASETS}
 DATASET_OPTIONS = distinct_options(DATASETS)
 # What each dataset does with data_dir: None = reads no files, else "optional" or "required".
 DATA_DIR = {"mnist": "optional", "cifar10": "required", "synthetic": None, "python_source": None,

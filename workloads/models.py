@@ -21,6 +21,7 @@ from .alexnet import build_alexnet
 from .gpt import build_gpt
 from .lenet import build_lenet5
 from .mlp import build_mlp
+from .dataset_types import CLASSIFICATION, LANGUAGE_MODEL
 from .options import Builder, call_builder, distinct_options
 from .resnet import build_resnet18, build_resnet20, build_resnet50
 from .vgg import HEADS, build_vgg11, build_vgg16
@@ -55,6 +56,8 @@ MODELS: dict[str, Builder] = {
     "gpt": Builder(build_gpt, (N_LAYER, N_HEAD, N_EMBD, BLOCK_SIZE, DROPOUT)),
 }
 MODEL_NAMES = tuple(MODELS)
+# The task each built-in model serves.
+MODEL_TASKS = {name: LANGUAGE_MODEL if name == "gpt" else CLASSIFICATION for name in MODELS}
 MODEL_OPTIONS = distinct_options(MODELS)
 _INPUT = (Param("input_shape", None, SHAPE), Param("num_classes", None, int, low=1))
 

@@ -81,15 +81,6 @@ class TokenWindows(Dataset):
         window = torch.from_numpy(self.tokens[start:start + self.seq_len + 1].astype(np.int64))
         return window[:-1], window[1:]
 
-    def majority_share(self) -> float:
-        """The share of the most frequent token among the targets of all windows: the accuracy of always
-        predicting that one token. Exact; reads every target once, in chunks."""
-        stop = len(self) * self.seq_len + 1
-        counts = np.zeros(np.iinfo(self.tokens.dtype).max + 1, dtype=np.int64)
-        for begin in range(1, stop, CHUNK):
-            counts += np.bincount(self.tokens[begin:min(begin + CHUNK, stop)], minlength=len(counts))
-        return int(counts.max()) / (stop - 1)
-
 
 @dataclass(frozen=True)
 class _Corpus:

@@ -4,14 +4,16 @@ Configurations are labelled as orchestrator.study.labels writes them, in legends
 figure's title names the sweep, the workload, the workers and the links (``summary.study_line``).
 
 - ``answer.png``: the question's answer: per configuration, the accuracy change vs fp32
-  (``accuracy_delta``, points) against the speedup vs fp32, means over seeds with their standard
+  (``accuracy_delta``, points; ``loss_delta``, nats, where the study's target is a loss: tables.quality)
+  against the speedup vs fp32, means over seeds with their standard
   deviations as error bars; a panel per ``num_workers`` (and per ``bandwidth`` where it varies);
   hollow markers where the target was not reached (the speedup compares step times); fp32 at
   (1, 0). With one worker nothing is communicated: that panel shows the overhead (step time /
   fp32's) instead.
-- ``accuracy_vs_time.png``: test accuracy against ``train_time_s``, one line per trial coloured
-  by configuration, one panel per ``num_workers``; the dashed line is the target accuracy, an x
-  marks where a trial first reached it (``time_to_target_s``, at step resolution).
+- ``accuracy_vs_time.png`` (``loss_vs_time.png`` where the target is a loss): the target's metric
+  against ``train_time_s``, one line per trial coloured by configuration, one panel per
+  ``num_workers``; the dashed line is the target, an x marks where a trial first reached it
+  (``time_to_target_s``, at step resolution).
 - ``bytes_sent.png``: bytes one worker sends per step, per configuration and worker count (two or
   more; log axis).
 - ``speedup_vs_workers.png``: mean ``speedup_vs_fp32`` over seeds against ``num_workers`` (two or
@@ -35,7 +37,7 @@ from compressors.core.params import rate_bps
 
 from ..study.records import atomic_path
 from .summary import study_line
-from .tables import config_labels, numeric, step_time_table
+from .tables import config_labels, numeric, quality, step_time_table, targets
 
 __all__ = ["write_plots"]
 
@@ -64,8 +66,9 @@ def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path, title
     workers = sorted(set(trials["num_workers"].tolist()))
     several = [w for w in workers if w > 1]
     heading = f"{title}: {study_line(trials)}" if title else study_line(trials)
-    figures = [("answer.png", lambda: _answer(plt, trials, colours, workers)),
-               ("accuracy_vs_time.png", lambda: _accuracy_vs_time(plt, trials, history, colours, workers))]
+    judged = quality(trials)
+    figures = [("answer.png", lambda: _answer(plt, trials, colours, workers, judged)),
+               (f"{judged.short}_vs_time.png", lambda: _metric_vs_time(plt, trials, history, colours, workers, judged))]
     if several:
         figures += [("bytes_sent.png", lambda: _bytes_sent(plt, trials, labels, several)),
                     ("speedup_vs_workers.png", lambda: _speedup_vs_workers(plt, trials, colours, several))]
@@ -87,8 +90,9 @@ def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path, title
     return paths
 
 
-def _answer(plt, trials, colours, workers):
-    """Accuracy change (points) against speedup vs fp32 (overhead with one worker), per panel."""
+def _answer(plt, trials, colours, workers, judged):
+    """Accuracy change (points), or test-loss change (nats), against speedup vs fp32 (overhead with one
+    worker), per panel."""
     ok = trials[trials["status"] == "ok"]
     varies = "bandwidth" in ok and ok["bandwidth"].dropna().nunique() > 1
     panels = [(w, b) for w in workers for b in (sorted(set(ok.loc[ok["num_workers"] == w, "bandwidth"].dropna()),
@@ -97,7 +101,7 @@ def _answer(plt, trials, colours, workers):
     for ax, (w, bandwidth) in zip(axes[0], panels):
         here = ok[(ok["num_workers"] == w) & ((ok["bandwidth"] == bandwidth) if bandwidth else True)]
         x = numeric(here["overhead_vs_fp32"] if w == 1 else here["speedup_vs_fp32"])
-        y = numeric(here["accuracy_delta"]) * 100
+        y = numeric(here[judged.delta]) * judged.scale
         hollow = (here["speedup_basis"] == "step_time") if w > 1 else pd.Series(False, index=here.index)
         frame = pd.DataFrame({"x": x, "y": y, "hollow": hollow, "label": here["label"]}).dropna(subset=["x", "y"])
         for label, group in frame.groupby("label", sort=False):
@@ -119,7 +123,8 @@ def _answer(plt, trials, colours, workers):
             ax.set_title(f"{w} workers" + (f", links {bandwidth}" if bandwidth else ""))
             ax.set_xlabel("speedup vs fp32 (> 1: faster; hollow: target not reached, step time)")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("accuracy change vs fp32 (points)")
+    axes[0][0].set_ylabel(f"{judged.name} change vs fp32 ({judged.unit}"
+                          + ("; lower is better)" if judged.delta == "loss_delta" else ")"))
     _legend(figure, axes[0])
     return figure
 
@@ -141,7 +146,7 @@ def _bytes_sent(plt, trials, labels, workers):
     return figure
 
 
-def _accuracy_vs_time(plt, trials, history, colours, workers):
+def _metric_vs_time(plt, trials, history, colours, workers, judged):
     figure, axes = plt.subplots(1, len(workers), figsize=(5.5 * len(workers), 4.2), squeeze=False, sharey=True)
     epochs = dict(tuple(history.groupby("trial_id", sort=False))) if not history.empty else {}
     for ax, w in zip(axes[0], workers):
@@ -152,19 +157,21 @@ def _accuracy_vs_time(plt, trials, history, colours, workers):
                 continue
             label = trial["label"]
             ax.plot(pd.to_numeric(curve["train_time_s"], errors="coerce"),
-                    pd.to_numeric(curve["test_accuracy"], errors="coerce"),
+                    pd.to_numeric(curve[judged.metric], errors="coerce"),
                     marker="o", markersize=3, color=colours[label], label=None if label in shown else label,
                     linestyle="-" if trial["status"] == "ok" else ":")
             reached = pd.to_numeric(pd.Series([trial["time_to_target_s"]]), errors="coerce").iloc[0]
-            if pd.notna(reached):  # the crossing, at step resolution, between the epochs' points
-                ax.plot([reached], [trial["target_accuracy"]], marker="x", markersize=7, color=colours[label])
+            goal = targets(pd.DataFrame([trial]))
+            if pd.notna(reached) and goal:  # the crossing, at step resolution, between the epochs' points
+                ax.plot([reached], [goal[0][1]], marker="x", markersize=7, color=colours[label])
             shown.add(label)
-        for target in set(trials["target_accuracy"].dropna().tolist()):
-            ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
+        for metric, value in targets(trials):
+            if metric == judged.metric:
+                ax.axhline(value, color="grey", linestyle="--", linewidth=0.8)
         ax.set_title(f"{w} worker{'s' if w > 1 else ''}")
         ax.set_xlabel("train time (s)")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("test accuracy")
+    axes[0][0].set_ylabel(judged.metric.replace("_", " "))
     _legend(figure, axes[0])
     return figure
 

@@ -1,9 +1,10 @@
 """summary.md: the answer of a sweep on one page, from its trials table (orchestrator.results.tables).
 
-First the answer figure (plots/answer.png: accuracy change against speedup),
-then the seed papers' table: one row per configuration (labelled as
+First the answer figure (plots/answer.png: accuracy change, or test-loss
+change for a study whose target is a loss, against speedup), then the seed
+papers' table: one row per configuration (labelled as
 orchestrator.study.labels writes it), for each ``num_workers`` the final
-accuracy and time to accuracy, and the speedup vs fp32 from two workers on
+accuracy (or test loss) and time to target, and the speedup vs fp32 from two workers on
 (with one worker nothing is communicated: the overhead vs fp32's step instead),
 as mean ± sample standard deviation over the "ok" trials (seeds) with their
 number; then where a step's time went (``tables.step_time_table``); then the
@@ -17,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from ..study.labels import format_value
-from .tables import config_labels, numeric, step_time_table
+from .tables import config_labels, numeric, quality, step_time_table, targets
 
 __all__ = ["summary_markdown", "study_line"]
 
@@ -45,16 +46,18 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
     labels = list(dict.fromkeys(trials["label"]))
     workers = sorted(set(trials["num_workers"].tolist()))
     counts = trials["status"].value_counts()
-    targets = ", ".join(format_value(t) for t in sorted(set(trials["target_accuracy"].dropna().tolist())))
-    targets = f" Target accuracy {targets}." if targets else ""
+    judged = quality(trials)
+    goals = "; ".join(f"{metric} {'≥' if metric == 'test_accuracy' else '≤'} {format_value(value)}"
+                      for metric, value in targets(trials))
+    goals = f" Target: {goals}." if goals else ""
     lines = [f"# {title}", "", f"{study_line(trials)}.", "",
              f"{len(trials)} trials: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in
-                                                   ("ok", "unstable", "diverged", "failed")) + f".{targets}", ""]
+                                                   ("ok", "unstable", "diverged", "failed")) + f".{goals}", ""]
     if figure:
-        lines += [f"![accuracy change against speedup]({figure})", ""]
+        lines += [f"![{judged.name} change against speedup]({figure})", ""]
     lines += [
         "Cells: mean ± sample standard deviation over the \"ok\" trials (seeds), with n trials. "
-        "Accuracy: final test accuracy. Time to accuracy: seconds of training until the target "
+        f"{judged.name.capitalize()}: after the last epoch. Time to target: seconds of training until the target "
         "(k/n: reached by k of n). Speedup: vs fp32 at the same number of workers, from 2 workers on; "
         "\\* = some compared step time because a run did not reach the target; "
         "† = the spread over seeds includes 1 (no measurable difference). With one worker nothing is "
@@ -64,18 +67,18 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
     header = ["configuration"]
     for w in workers:
         last = f"w={w} overhead vs fp32" if w == 1 else f"w={w} speedup vs fp32"
-        header += [f"w={w} accuracy", f"w={w} time to accuracy (s)", last]
+        header += [f"w={w} {judged.name}", f"w={w} time to target (s)", last]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
     ok = trials[trials["status"] == "ok"]
     values = pd.DataFrame({
-        "accuracy": numeric(ok["final_accuracy"]),
+        "quality": numeric(ok[judged.final]),
         "time": numeric(ok["time_to_target_s"]),
         "speedup": numeric(ok["speedup_vs_fp32"]).fillna(numeric(ok["overhead_vs_fp32"])),
     })
     values["star"] = values["speedup"].notna() & (ok["speedup_basis"] == "step_time")
     groups = values.groupby([ok["label"], ok["num_workers"]], sort=False)
-    stats = groups[["accuracy", "time", "speedup"]].agg(["mean", "std", "count"])
+    stats = groups[["quality", "time", "speedup"]].agg(["mean", "std", "count"])
     stats.columns = [f"{value}_{stat}" for value, stat in stats.columns]
     stats["n"] = groups.size()
     stats["star"] = groups["star"].any()
@@ -93,7 +96,7 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
             speedup = _cell(cell, "speedup", 2, "x")
             if w > 1:
                 speedup += ("\\*" if cell["star"] else "") + ("†" if _overlaps_one(cell) else "")
-            cells += [_cell(cell, "accuracy", 4), time, speedup]
+            cells += [_cell(cell, "quality", 4), time, speedup]
         lines.append("| " + " | ".join(cells) + " |")
 
     lines += _step_time_lines(ok.drop(columns="label"))

@@ -14,8 +14,9 @@ one label format of orchestrator.study.labels, for summary.md and the plots.
 from __future__ import annotations
 
 import json
+import ast
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ from ..study.settings import FP32, SIXTEEN_BIT, TEST_HOOKS, compressor_param_nam
 __all__ = [
     "STEP_METRICS", "MODEL_COLUMNS", "RESULT_COLUMNS", "ID_COLUMNS",
     "trials_table", "history_table", "history_rows",
-    "accuracy_delta", "speedups", "overheads", "sixteen_bit_baseline",
+    "accuracy_delta", "loss_delta", "Quality", "quality", "targets", "speedups", "overheads", "sixteen_bit_baseline",
     "flat_settings", "settings_columns", "config_labels", "numeric",
     "step_time_table",
 ]
@@ -133,6 +134,7 @@ def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = N
     trials = trials.drop(columns="_rank").reset_index(drop=True)
 
     trials["accuracy_delta"] = accuracy_delta(trials)
+    trials["loss_delta"] = loss_delta(trials)
     ok = trials[trials["status"] == "ok"]
     for baseline, speedup, basis in ((FP32, "speedup_vs_fp32", "speedup_basis"),
                                      (sixteen_bit_baseline(trials), "speedup_vs_16bit", "speedup_vs_16bit_basis")):
@@ -190,6 +192,55 @@ def accuracy_delta(trials: pd.DataFrame) -> pd.Series:
     fp32 = (trials["status"] == "ok") & (trials["compressor"] == FP32)
     baseline = trials["final_accuracy"][fp32].groupby(keys["workload"][fp32]).mean()
     return trials["final_accuracy"] - keys["workload"].map(baseline)
+
+
+def loss_delta(trials: pd.DataFrame) -> pd.Series:
+    """``final_loss`` minus the mean final test loss of the "ok" fp32 trials of the same workload; NaN
+    without such a baseline."""
+    keys = _keys(trials)
+    fp32 = (trials["status"] == "ok") & (trials["compressor"] == FP32)
+    baseline = numeric(trials["final_loss"])[fp32].groupby(keys["workload"][fp32]).mean()
+    return numeric(trials["final_loss"]) - keys["workload"].map(baseline)
+
+
+class Quality(NamedTuple):
+    """What a study's trained models are judged by: the metric of its target."""
+
+    metric: str  # the target's metric: test_accuracy, test_loss or test_perplexity
+    final: str  # trials.csv's column of the final value
+    delta: str  # ... and of its change against fp32
+    name: str  # in words
+    scale: float  # the change is shown times this ...
+    unit: str  # ... in this unit
+    short: str  # the name of its curve's figure: <short>_vs_time.png
+
+
+_QUALITIES = {
+    "test_accuracy": Quality("test_accuracy", "final_accuracy", "accuracy_delta", "accuracy", 100.0, "points",
+                             "accuracy"),
+    "test_loss": Quality("test_loss", "final_loss", "loss_delta", "test loss", 1.0, "nats", "loss"),
+    "test_perplexity": Quality("test_perplexity", "final_loss", "loss_delta", "test loss", 1.0, "nats", "loss"),
+}
+
+
+def targets(trials: pd.DataFrame) -> list[tuple[str, float]]:
+    """The distinct ``(metric, value)`` targets of the trials (target, or its shorthand target_accuracy)."""
+    found = []
+    for target, accuracy in zip(trials.get("target", pd.Series(None, index=trials.index)),
+                                trials.get("target_accuracy", pd.Series(None, index=trials.index))):
+        if isinstance(target, str):  # read back from trials.csv
+            target = ast.literal_eval(target)
+        if isinstance(target, dict):
+            found.append((str(target["metric"]), float(target["value"])))
+        elif accuracy is not None and pd.notna(accuracy):
+            found.append(("test_accuracy", float(accuracy)))
+    return sorted(set(found))
+
+
+def quality(trials: pd.DataFrame) -> Quality:
+    """The study's measure of its models: its targets' metric where they share one, else accuracy."""
+    metrics = {metric for metric, _ in targets(trials)}
+    return _QUALITIES[metrics.pop()] if len(metrics) == 1 else _QUALITIES["test_accuracy"]
 
 
 def sixteen_bit_baseline(trials: pd.DataFrame) -> str | None:

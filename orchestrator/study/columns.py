@@ -144,6 +144,8 @@ TRIAL: tuple[Column, ...] = (
     Column("final_loss", "nats", "test_loss after the last epoch run (the last finite one)"),
     Column("accuracy_delta", "share", "final_accuracy minus the mean final_accuracy of the ok fp32 trials of "
            "the same workload (all settings but compression and seed); negative: accuracy lost to compression"),
+    Column("loss_delta", "nats", "final_loss minus the mean final_loss of the ok fp32 trials of the same workload; "
+           "positive: loss added by compression"),
     column("time_to_target_s"),
     column("steps_to_target"),
     column("train_time_s"),

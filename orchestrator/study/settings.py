@@ -257,6 +257,12 @@ def _workload_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
         problem = _input_problem(settings["model"], tuple(settings["input_shape"]))
         if problem:
             yield "input_shape", problem
+    model_task = workloads.MODEL_TASKS.get(settings["model"])
+    data_task = workloads.DATASET_TASKS.get(settings["dataset"])
+    if model_task and data_task and model_task != data_task:
+        yield "model", (f"model {settings['model']!r} serves {model_task} and dataset {settings['dataset']!r} "
+                        f"{data_task}: pair gpt with python_source or tokens, the other models with "
+                        + ", ".join(n for n, t in workloads.DATASET_TASKS.items() if t == workloads.CLASSIFICATION))
     data_dir = workloads.DATA_DIR.get(settings["dataset"], "optional")  # a factory decides for itself
     if settings.get("data_dir") is not None and data_dir is None:
         yield "data_dir", f"dataset {settings['dataset']!r} reads no files; leave data_dir unset"

@@ -46,18 +46,6 @@ def test_windows_whole_stream_and_uint16():
     assert list(torch.utils.data.DataLoader(windows, batch_size=2))[0][1].tolist() == [[1, 2, 40000]]
 
 
-@pytest.mark.parametrize("chunk", [None, 2])
-def test_majority_share_counts_only_targets(monkeypatch, chunk):
-    if chunk:  # whole-file scans go in chunks; tiny ones exercise the seams
-        monkeypatch.setattr(tokens_module, "CHUNK", chunk)
-    targets = [1, 1, 2, 1, 3, 3, 4, 4, 2]
-    # Token 4 would be the most frequent (5 of 12) if the first token or the leftovers counted.
-    windows = TokenWindows(np.array([4, *targets, 4, 4], dtype=np.uint8), seq_len=3)
-    assert len(windows) == 3
-    assert windows.majority_share() == 3 / 9
-    assert TokenWindows(np.array([7, 9, 9, 9, 9, 8], dtype=np.uint16), seq_len=2).majority_share() == 1.0
-
-
 @pytest.mark.parametrize(
     "tokens,seq_len,error,message",
     [
@@ -104,7 +92,6 @@ def test_python_source_shape_and_task(python_source):
         assert split.tokens.dtype == np.uint8 and len(split.tokens) == size
         assert not split.tokens.flags.writeable  # the cached corpus is shared
         assert len(split) == (size - 1) // 64
-    assert 0.1 < python_source.train.majority_share() < 0.5  # the space byte, in indented code
 
 
 def test_python_source_matches_the_standard_library(python_source):

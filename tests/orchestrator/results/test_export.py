@@ -322,3 +322,50 @@ def test_records_of_the_wrong_types_and_a_broken_environment_do_not_stop_export(
         environment.write_text(text)
         assert _cpu_count(tmp_path) == count
     assert "ignoring unreadable" in capsys.readouterr().err  # the list; a string count is just not used
+
+
+LM_SWEEP = """\
+name: lm
+workload: {model: gpt, dataset: python_source, epochs: 2, optimizer: adam, lr: 0.003,
+           target: {metric: test_loss, value: 2.5}}
+sweep: {num_workers: 2, compressor: [fp32, {name: qsgd, bits: 4}]}
+"""
+
+
+def test_a_study_with_a_loss_target_is_judged_by_its_loss(tmp_path):
+    from orchestrator.study.sweep_file import load_sweep
+
+    folder = tmp_path / "lm"
+    sweep_file = tmp_path / "lm.yaml"
+    sweep_file.write_text(LM_SWEEP)
+    losses = {"fp32": [2.8, 2.4], "qsgd": [3.0, 2.6], "fp16": [2.8, 2.45]}
+    for trial in load_sweep(sweep_file).trials:
+        rows = epochs(10.0, 0.01, [0.3, 0.35], 1.0)
+        for row, loss in zip(rows, losses[trial["compressor"]]):
+            row.update(test_loss=loss, test_perplexity=math.exp(loss))
+        if trial["compressor"] != "qsgd":  # crossed 2.5 in the second epoch
+            rows[1].update(time_to_target_s=15.0, steps_to_target=1500)
+        write_record(folder, make_record(trial, "ok", None, rows))
+    export(folder)
+    table = pd.read_csv(folder / "trials.csv").set_index("compressor")
+    assert table.loc["qsgd", "final_loss"] == 2.6
+    assert table.loc["qsgd", "loss_delta"] == pytest.approx(0.2, abs=1e-12)
+    assert table.loc["fp16", "loss_delta"] == pytest.approx(0.05, abs=1e-12)
+    assert table.loc["fp32", "time_to_target_s"] == 15.0 and math.isnan(table.loc["qsgd", "time_to_target_s"])
+    summary = (folder / "summary.md").read_text()
+    assert "Target: test_loss ≤ 2.5." in summary and "w=2 test loss" in summary
+    assert "![test loss change against speedup](plots/answer.png)" in summary
+    qsgd_row = next(line for line in summary.splitlines() if line.startswith("| qsgd"))
+    assert "2.6000 (n=1)" in qsgd_row and "not reached" in qsgd_row
+    assert (folder / "plots" / "loss_vs_time.png").read_bytes().startswith(b"\x89PNG")
+    assert not (folder / "plots" / "accuracy_vs_time.png").exists()
+
+
+def test_records_of_earlier_versions_still_export(tmp_path):
+    older = record("fp32", 0, epochs(10.0, 0.01, [0.95], 0.9))
+    for row in older["history"]:
+        row["time_to_accuracy_s"] = row.pop("time_to_target_s")  # the column's name before targets on any metric
+    write_record(tmp_path, older)
+    export(tmp_path)
+    (row,) = pd.read_csv(tmp_path / "trials.csv").to_dict("records")
+    assert row["time_to_target_s"] == 10.0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 import textwrap
 from pathlib import Path
 
@@ -257,3 +258,31 @@ def test_streamed_shards_are_disjoint_cover_the_data_and_match_the_in_memory_ord
     other = [int(v) for x, _ in train_loop._batches(_Numbered(count), 0, world, 3, config, steps,
                                                      torch.device("cpu")) for v in x[:, 0]]
     assert other != streamed[0] or count <= world
+
+
+def test_a_file_missing_on_this_node_is_imported_by_the_name_ray_ships_it_under(tmp_path, monkeypatch):
+    from workloads import references
+
+    shipped = tmp_path / "shipped"  # where Ray's py_modules unpacks a .py file on another node
+    shipped.mkdir()
+    (shipped / "remote_models.py").write_text(MODEL_FILE)
+    monkeypatch.syspath_prepend(str(shipped))
+    monkeypatch.delitem(sys.modules, "remote_models", raising=False)
+    fn = references.factory(f"{tmp_path / 'on_the_driver' / 'remote_models.py'}:tiny_mlp")
+    assert fn.__module__ == "remote_models"
+    with pytest.raises(references.ReferenceProblem, match="no file"):
+        references.factory(f"{tmp_path / 'on_the_driver' / 'absent_everywhere.py'}:tiny_mlp")
+
+
+def test_what_ray_ships_is_the_users_files_and_uninstalled_packages(tmp_path, monkeypatch, user_code):
+    from workloads import references
+
+    package = tmp_path / "lab" / "labmodels"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "nets.py").write_text(MODEL_FILE)
+    monkeypatch.syspath_prepend(str(tmp_path / "lab"))
+    shipped = references.shipped([f"{user_code / 'my_models.py'}:tiny_mlp", "labmodels.nets:tiny_mlp",
+                                  "labmodels.nets:tiny_mlp", "json", "workloads.gpt:build_gpt"])
+    # The installed (json) and this project's own (workloads) stay where every node has them.
+    assert shipped == [str(user_code / "my_models.py"), str(package)]
