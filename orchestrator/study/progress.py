@@ -36,7 +36,8 @@ class Progress:
     def epoch(self, name: str, metrics: dict[str, Any], epochs: int) -> None:
         parts = [f"epoch {metrics.get('epoch', '?')}/{epochs}"]
         # metrics by their own names and units, as in the results tables
-        for key, digits in (("test_accuracy", 4), ("train_time_s", 1), ("step_time_s", 4), ("compression_ratio", 1)):
+        for key, digits in (("test_accuracy", 4), ("test_loss", 4), ("train_time_s", 1), ("step_time_s", 4),
+                            ("compression_ratio", 1)):
             if _finite(metrics.get(key)):
                 parts.append(f"{key} {metrics[key]:.{digits}f}")
         if metrics.get("status") == "diverged":
@@ -51,8 +52,9 @@ class Progress:
         if status == "ok":
             tta = last.get("time_to_target_s")
             reached = f"target reached at {tta:.1f}s" if _finite(tta) else "target not reached"
-            accuracy = last.get("test_accuracy")
-            text = f"ok, accuracy {accuracy:.4f}, {reached}" if _finite(accuracy) else "ok"
+            found = [f"{name} {last[key]:.4f}" for key, name in (("test_accuracy", "accuracy"), ("test_loss", "test loss"))
+                     if _finite(last.get(key))]
+            text = ", ".join(["ok", *found, reached])
         else:
             text = f"{status.upper()}: {reason}"
         self._say(f"{name}: {text}")

@@ -157,6 +157,10 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         environment["ray_cluster_resources"] = ray.cluster_resources()
         if emulation is not None:
             environment["emulation"] = emulation.summary()
+        if any(trial["dataset"] == "python_source" for trial in sweep.trials):
+            import workloads
+
+            environment["python_source"] = workloads.python_source_info()  # which corpus, on this Python
         write_atomic(results / "environment.json", json.dumps(environment, indent=1))
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         run = {

@@ -232,7 +232,7 @@ def _workload_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
         name, extra = settings[owner], f"{owner}_options"
         builtin = (workloads.model_kind if owner == "model" else workloads.dataset_kind)(name) == workloads.BUILTIN
         every = workloads.MODEL_OPTIONS if owner == "model" else workloads.DATASET_OPTIONS
-        if builtin:
+        if builtin:  # its options are workload keys
             known = name in (workloads.MODEL_NAMES if owner == "model" else workloads.DATASET_NAMES)
             taken = {p.name for p in (workloads.model_options if owner == "model" else workloads.dataset_options)(name)} \
                 if known else set()
@@ -243,15 +243,18 @@ def _workload_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
                 yield extra, (f"{owner} {name!r} is built in: its options are workload keys "
                               f"({', '.join(sorted(taken)) or 'it has none'}); {extra} is for "
                               + ("torchvision:NAME and " if owner == "model" else "") + "MODULE:FACTORY ones")
-        else:
+        # The name first (a file that cannot be imported, no such factory), then the options it is given.
+        check = (lambda options: workloads.model_problem(name, options, settings.get("input_shape"))) \
+            if owner == "model" else (lambda options: workloads.dataset_problem(name, options))
+        problem = check({})
+        if problem:
+            yield owner, problem
+        elif settings.get(extra) and (problem := check(settings[extra])):
+            yield extra, problem
+        if not builtin:
             for p in every:
                 if settings.get(p.name) is not None:
                     yield p.name, f"{owner} {name!r} takes its options in {extra}, not as the workload key {p.name!r}"
-        options = settings.get(extra) or {}
-        problem = (workloads.model_problem(name, options, settings.get("input_shape")) if owner == "model"
-                   else workloads.dataset_problem(name, options))
-        if problem:
-            yield owner, problem
     if settings["dataset"] == "synthetic" and settings.get("input_shape") is not None \
             and workloads.model_kind(settings["model"]) == workloads.BUILTIN and settings["model"] in workloads.MODEL_NAMES:
         problem = _input_problem(settings["model"], tuple(settings["input_shape"]))

@@ -16,9 +16,12 @@ def fresh(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("cli")
     bad = write(tmp_path, HEADER + "sweep:\n  compressor: [{name: qsgd, bitz: 4}]\n", "x.yaml")
     good = write(tmp_path, HEADER + "sweep:\n  num_workers: [1, 2]\n")
+    (tmp_path / "broken.py").write_text("import nowhere_to_be_found\n")
+    reference = write(tmp_path, HEADER.replace("model: mlp", "model: broken.py:build"), "reference.yaml")
     runs = run_mains("orchestrator", {"validate": ["validate", str(good)],
                                       "dry_run": ["run", str(good), "--dry_run", "--results", str(tmp_path / "r")],
-                                      "bad": ["validate", str(bad)]})
+                                      "bad": ["validate", str(bad)],
+                                      "reference": ["run", str(reference), "--results", str(tmp_path / "r2")]})
     return tmp_path, bad, runs
 
 
@@ -28,6 +31,15 @@ def test_validate_exits_2_with_the_located_message(fresh):
     assert done["returncode"] == 2
     assert f"{path}:9: unknown key 'bitz' in sweep.compressor[0] (did you mean 'bits'?)" in done["stderr"]
     assert done["stdout"] == ""
+
+
+def test_a_model_file_that_cannot_be_imported_exits_2_before_ray_in_one_line(fresh):
+    tmp_path, _, runs = fresh
+    done = runs["reference"]
+    assert done["returncode"] == 2 and done["stdout"] == ""
+    assert done["stderr"] == (f"error: {tmp_path / 'reference.yaml'}:3: model: cannot import {tmp_path / 'broken.py'}: "
+                              "no module named 'nowhere_to_be_found'\n")
+    assert not (tmp_path / "r2").exists()
 
 
 def test_validate_and_dry_run_list_trials_without_importing_ray(fresh):

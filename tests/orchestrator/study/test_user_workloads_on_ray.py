@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import sys
-import textwrap
 
 import pandas as pd
 import pytest
