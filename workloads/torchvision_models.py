@@ -100,12 +100,15 @@ def _parameters_on_meta() -> Iterator[None]:
         nn.Module.register_parameter = register
 
 
-def torchvision_problem(name: str, input_shape: Sequence[int], options: Mapping[str, Any]) -> str | None:
-    """What is wrong with building ``torchvision:name`` for ``input_shape`` with ``options``, in one line.
+def torchvision_problem(name: str, input_shape: Sequence[int] | None, options: Mapping[str, Any]) -> str | None:
+    """What is wrong with building ``torchvision:name`` for ``input_shape`` (None: not known before the
+    dataset is read; an ImageNet image is assumed) with ``options``, in one line.
 
     None if nothing is. Builds the model on the meta device (no memory, no forward pass), so checking
     even vgg19 is cheap.
     """
+    if input_shape is None:
+        input_shape = (3, 224, 224)
     try:
         try:
             with torch.device("meta"):

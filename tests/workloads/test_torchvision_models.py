@@ -103,6 +103,11 @@ def test_bad_input_shape(torchvision, shape):
     )
 
 
+def test_an_input_shape_unknown_before_the_dataset_is_read_is_checked_as_an_imagenet_image(torchvision):
+    assert torchvision_problem("resnet50", None, {}) is None
+    assert "refuses options" in torchvision_problem("resnet50", None, {"dropout": 0.5})
+
+
 def test_without_torchvision(monkeypatch):
     # None in sys.modules makes ``import torchvision`` fail as if it were not installed.
     monkeypatch.setitem(sys.modules, "torchvision", None)
