@@ -20,7 +20,7 @@ from .core.base import IMPLS, Compressor, get
 from .comm.feedback import ErrorFeedback
 from .comm.reducer import Reducer
 from .core.registry import (
-    ALGORITHMS, COMPRESSORS, algorithms, check_params, default_algorithm, has_cuda, has_numba, params_of,
+    ALGORITHMS, COMPRESSORS, INTER_ALGORITHMS, INTRA_DTYPES, algorithms, check_params, default_algorithm, has_cuda, has_numba, params_of,
 )
 from .comm.stats import StepStats
 from .core.wire import PayloadError
@@ -32,6 +32,6 @@ names = registry.names
 # The codecs that send a plain cast, so they can travel through a native all_reduce.
 CASTS: tuple[str, ...] = registry.casts()
 
-__all__ = ["ALGORITHMS", "CASTS", "COMPRESSORS", "IMPLS", "NAMES", "Compressor", "ErrorFeedback", "PayloadError",
+__all__ = ["ALGORITHMS", "INTER_ALGORITHMS", "INTRA_DTYPES", "CASTS", "COMPRESSORS", "IMPLS", "NAMES", "Compressor", "ErrorFeedback", "PayloadError",
            "Reducer", "StepStats", "algorithms", "check_params", "ddp", "default_algorithm", "get", "has_cuda", "has_numba",
            "names", "params_of"]

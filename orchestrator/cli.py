@@ -8,20 +8,23 @@
                                    folder, default results/<sweep name>
     export RESULTS                 rebuild tables and plots from the per-trial records
     predict RESULTS --bandwidth RATE --num_workers N [--latency 5us] [--overlap true|false]
-                    [--compute_scale X]
+                    [--compute_scale X] [--workers_per_host G] [--intra_bandwidth 2400gbit]
                                    each configuration's step time, speedups and accuracy change
                                    on another cluster, from the folder's one-worker trials
-                                   (performance model: orchestrator.predict.perfmodel); caches what
-                                   it measures here in RESULTS/predict_cache/, writes RESULTS/
-                                   predictions/<bandwidth>_<N>w_<latency>_overlap-<true|false>_x<X>.csv
+                                   (performance model: orchestrator.predict.perfmodel); with G
+                                   workers per host, each sra configuration hierarchical too;
+                                   caches what it measures here in RESULTS/predict_cache/, writes
+                                   RESULTS/predictions/<bandwidth>_<N>w_<latency>_overlap-<true|false>_x<X>.csv
+                                   (<N/G>x<G>w_<intra>-intra for <N>w where G > 1)
     advise RESULTS ... (as predict) [--max_accuracy_loss 0.5]
                                    the configuration that pays most there among those that reached
                                    the target within that many points of fp32's accuracy, and why,
                                    or none; what it left out and why; writes the file predict writes
-    cluster up --hosts N --bandwidth RATE [--prefix P] [--subnet S] [--no_ray]
+    cluster up --hosts N --bandwidth RATE [--workers_per_host G] [--prefix P] [--subnet S] [--no_ray]
                                    an emulated cluster on this machine (root): N network
                                    namespaces with links shaped to RATE (100mbit, 1gbit),
-                                   calibrated, one Ray node each (orchestrator.cluster.emulation)
+                                   calibrated, one Ray node each with G worker slots
+                                   (orchestrator.cluster.emulation)
     cluster shape RATE [--calibrate]   re-shape every link while Ray runs
     cluster exec [--prefix P] I CMD...
                                    run CMD in emulated host I (0: where drivers run)
@@ -83,8 +86,16 @@ def _parser() -> argparse.ArgumentParser:
                           ("advise", "name the configuration that pays most on another cluster")):
         sub = commands.add_parser(command, help=text)
         sub.add_argument("results", type=Path)
-        sub.add_argument("--bandwidth", required=True, help="each worker's link, e.g. 25gbit, 100mbit")
+        sub.add_argument("--bandwidth", required=True,
+                         help="each worker's link to the other hosts, each way, e.g. 25gbit, 100mbit")
         sub.add_argument("--num_workers", type=int, required=True)
+        sub.add_argument("--workers_per_host", type=int, default=1, metavar="G",
+                         help="workers on each host, joined by --intra_bandwidth; it divides --num_workers "
+                              "(default 1: a host per worker). Above 1, each sra configuration is predicted with "
+                              "the hierarchical algorithm too")
+        sub.add_argument("--intra_bandwidth", default="2400gbit", metavar="RATE",
+                         help="the link between the workers of a host, each way, latency 0 (default 2400gbit: "
+                              "an A100 node's NVLink, 300 GB/s); used where --workers_per_host is above 1")
         sub.add_argument("--latency", default="5us", help="per message, e.g. 5us, 0.2ms (default 5us)")
         sub.add_argument("--overlap", default="true", choices=("true", "false"),
                          help="communication beside backward, as DDP does (default true)")
@@ -97,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
                                   "this many percentage points below fp32's (default 0.5)")
     cluster = commands.add_parser("cluster", help="an emulated cluster on this machine (root)")
     actions = cluster.add_subparsers(dest="action", required=True)
-    from .cluster.emulation import DEFAULT_PREFIX, DEFAULT_SUBNET
+    from .cluster.emulation import DEFAULT_PREFIX, DEFAULT_SUBNET, MAX_WORKERS_PER_HOST
 
     def with_prefix(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sub.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"names the namespaces (default {DEFAULT_PREFIX})")
@@ -107,6 +118,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--hosts", type=int, required=True, help="emulated hosts (network namespaces), 2 to 64")
     up.add_argument("--bandwidth", required=True, help="each link's rate each way, as tc writes it, from 8kbit to "
                                                         "100gbit: 100mbit, 1gbit")
+    up.add_argument("--workers_per_host", type=int, default=1, metavar="G",
+                    help=f"workers of a trial one host may hold, 1 to {MAX_WORKERS_PER_HOST} (default 1)")
     up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"first three octets in 198.18.0.0/15 "
                                                              f"(default {DEFAULT_SUBNET})")
     up.add_argument("--no_ray", action="store_true", help="the network only")
@@ -142,8 +155,10 @@ def _cluster(args: argparse.Namespace) -> int:
                          "through a shell (lowprec cluster exec I sh -c 'CMD --prefix ...')")
     problems = [("--prefix", args.prefix, netns.prefix_problem(args.prefix))]
     if args.action == "up":
-        hosts = next(param for param in EMULATE if param.name == "hosts")  # as a sweep's cluster.emulate.hosts
-        problems += [("--hosts", args.hosts, hosts.problem(args.hosts)),
+        emulate = {param.name: param for param in EMULATE}  # as a sweep's cluster.emulate
+        problems += [("--hosts", args.hosts, emulate["hosts"].problem(args.hosts)),
+                     ("--workers_per_host", args.workers_per_host,
+                      emulate["workers_per_host"].problem(args.workers_per_host)),
                      ("--bandwidth", args.bandwidth, emulation.BANDWIDTH.problem(args.bandwidth)),
                      ("--subnet", args.subnet, netns.subnet_problem(args.subnet))]
     if args.action == "shape":
@@ -153,8 +168,8 @@ def _cluster(args: argparse.Namespace) -> int:
             return usage(f"{flag} {problem}, got {value!r}")
     try:
         if args.action == "up":
-            cluster = emulation.up(args.hosts, args.bandwidth, prefix=args.prefix, subnet=args.subnet,
-                                   ray=not args.no_ray)
+            cluster = emulation.up(args.hosts, args.bandwidth, workers_per_host=args.workers_per_host,
+                                   prefix=args.prefix, subnet=args.subnet, ray=not args.no_ray)
             if cluster.ray:
                 print(f"driver: lowprec run SWEEP --address {cluster.address}   (or: lowprec cluster exec 0 CMD)")
             return 0
@@ -200,6 +215,15 @@ def _predict(args: argparse.Namespace) -> int:
     if not 1 <= args.num_workers <= predictor.MAX_WORKERS:
         print(f"error: --num_workers must be in [1, {predictor.MAX_WORKERS}], got {args.num_workers}", file=sys.stderr)
         return 2
+    try:
+        intra = rate_bps(args.intra_bandwidth)
+    except ValueError:
+        intra = math.nan
+    low, high = predictor.INTRA_RATE_RANGE_BPS
+    if not low <= intra <= high:
+        print(f"error: --intra_bandwidth must be a rate from {low / 1e3:g}kbit to {high / 1e9:g}gbit, like 2400gbit, "
+              f"got {args.intra_bandwidth!r}", file=sys.stderr)
+        return 2
     if not (math.isfinite(args.compute_scale) and args.compute_scale > 0):
         print(f"error: --compute_scale must be a number in (0, inf), got {args.compute_scale}", file=sys.stderr)
         return 2
@@ -212,13 +236,18 @@ def _predict(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"error: --{error}", file=sys.stderr)
         return 2
+    try:  # the hosts hold G workers each
+        predictor.cluster(args.num_workers, args.workers_per_host, rate_bps(args.bandwidth), latency, intra)
+    except ValueError as error:
+        print(f"error: --{error}", file=sys.stderr)
+        return 2
     if not (args.results / "trials.csv").is_file():
         what = "is not a folder" if args.results.exists() and not args.results.is_dir() else "has no trials.csv"
         print(f"error: {args.results} {what} (a results folder of `lowprec run`)", file=sys.stderr)
         return 2
     overlap = args.overlap == "true"
     path = predictor.predictions_path(args.results, args.bandwidth, args.num_workers, args.latency, overlap,
-                                      args.compute_scale)
+                                      args.compute_scale, args.workers_per_host, args.intra_bandwidth)
     try:  # before the work: a table that cannot be saved is not worth computing
         predictor.check_writable(path)
     except OSError as error:
@@ -226,11 +255,14 @@ def _predict(args: argparse.Namespace) -> int:
         return 2
     try:
         table, notes = predictor.predict(args.results, rate_bps(args.bandwidth), args.num_workers, latency,
-                                         overlap=overlap, compute_scale=args.compute_scale)
+                                         overlap=overlap, compute_scale=args.compute_scale,
+                                         workers_per_host=args.workers_per_host, intra_bandwidth_bps=intra)
     except (OSError, ValueError) as error:  # OSError: the model's data could not be read here
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"{args.num_workers} workers, {args.bandwidth} links, {args.latency} latency, overlap {args.overlap}, "
+    hosts = "" if args.workers_per_host == 1 else (f" ({args.num_workers // args.workers_per_host} hosts x "
+                                                    f"{args.workers_per_host}, {args.intra_bandwidth} inside one)")
+    print(f"{args.num_workers} workers{hosts}, {args.bandwidth} links, {args.latency} latency, overlap {args.overlap}, "
           f"compute x{args.compute_scale:g} (orchestrator.predict.perfmodel)")
     shown = table[["configuration", "predicted_step_time_s", "comm_s", "speedup_vs_fp32", "speedup_vs_16bit",
                    "tta_speedup_vs_fp32", "accuracy_delta_points", "reached_target", "break_even_bps"]]
@@ -378,8 +410,10 @@ def _job_results_problem(results: Path | None, name: str) -> str | None:
 def _emulation_problem(sweep: Sweep, cluster: Any, max_concurrent_trials: int | None) -> str | None:
     """What keeps the sweep from running on the emulated ``cluster`` (checked before Ray starts)."""
     most = max(trial["num_workers"] for trial in sweep.trials)
-    if most > cluster.hosts:
-        return f"num_workers {most} is more than the emulated cluster's {cluster.hosts} hosts: one worker per host"
+    slots = cluster.hosts * cluster.workers_per_host
+    if most > slots:
+        return (f"num_workers {most} is more than the {slots} workers the emulated cluster holds ({cluster.hosts} "
+                f"hosts x {cluster.workers_per_host} workers per host)")
     if len({trial["bandwidth"] for trial in sweep.trials}) > 1 and (max_concurrent_trials or 1) > 1:
         return "bandwidth varies between trials, which run one at a time: drop --max_concurrent_trials"
     # a rate the links cannot carry would fail mid-sweep, when its trial re-shapes them
@@ -397,7 +431,8 @@ def _run_emulated(args: argparse.Namespace, sweep: Sweep, results: Path) -> int:
     # SIGTERM (a scheduler, `kill`) must bring the cluster down too, as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        cluster = emulation.up(emulate["hosts"], first, prefix=emulation.SWEEP_PREFIX, owner_pid=os.getpid())
+        cluster = emulation.up(emulate["hosts"], first, workers_per_host=emulate["workers_per_host"],
+                               prefix=emulation.SWEEP_PREFIX, owner_pid=os.getpid())
         rates = dict.fromkeys(trial["bandwidth"] for trial in sweep.trials if trial["bandwidth"] is not None)
         problem = next(filter(None, map(cluster.rate_problem, rates)), None)
         if problem:  # before any trial: the driver would meet it at that bandwidth's first trial

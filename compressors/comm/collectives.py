@@ -14,6 +14,7 @@ link rate), the same bytes to the same places.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -26,6 +27,7 @@ from ..core.base import Compressor
 from .feedback import ErrorFeedback
 from .pipeline import Program
 from .stats import StepStats
+from .topology import Hierarchy
 
 Groups = Sequence["dist.ProcessGroup | None"]
 
@@ -287,4 +289,100 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
         t.copy_(whole.reshape(t.shape))
     phases.charge("decode")
     stats.bytes_sent += accounting.alltoall_bytes(send_sizes, rank) + accounting.allgather_bytes(width, world)
+    return stats
+
+
+def hierarchical_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Compressor,
+                            ef: ErrorFeedback | None, server_ef: ErrorFeedback | None, step: int,
+                            hierarchy: Hierarchy, intra_dtype: torch.dtype, inter: str) -> Program:
+    """Average inside each host at ``intra_dtype``, compress only across hosts (CGX, BytePS, SDP4Bit).
+
+    With G workers per host and H hosts: (1) a reduce-scatter inside the host (an all_to_all of
+    ``split``'s G chunks of each tensor, summed in local-rank order and divided by G), so local rank g
+    holds its host's mean of chunk g; (2) across hosts, among the H ranks of local rank g, the compressed
+    ``sra`` (or ``allgather``) of those chunks, with their error feedback; (3) an all-gather inside the
+    host puts the tensors back together. Only phase 2 crosses hosts: its bytes are ``bytes_inter``.
+    With one host nothing is compressed (phase 2 has no one to talk to); with one worker per host it is
+    the flat ``sra`` (or ``allgather``) over the hosts.
+    """
+    stats = StepStats(numel=sum(t.numel() for t in tensors))
+    if not tensors:
+        return stats
+    G, g = hierarchy.local_world, hierarchy.local_rank
+    device = tensors[0].device
+    phases = _Phases(stats, device)
+    layout = []  # per tensor: (shape, its 2-D view's shape, chunk bounds per local rank, axis)
+    per_dest: list[list[torch.Tensor]] = [[] for _ in range(G)]
+    for key, t in zip(keys, tensors):
+        shape2 = wire.matrix_shape(tuple(t.shape))
+        axis = chunk_axis(tuple(t.shape), compressor)
+        bounds = split(tuple(t.shape), G, key, axis)
+        layout.append((tuple(t.shape), shape2, bounds, axis))
+        # Divide before summing, as DDP does: a 16-bit sum can overflow where the mean fits.
+        v = t.reshape(shape2).to(torch.float32) / G
+        for j in range(G):
+            per_dest[j].append(_chunk(v, bounds[j], axis, True).to(intra_dtype))
+    itemsize = torch.empty((), dtype=intra_dtype).element_size()
+    send_sizes = [sum(c.numel() for c in chunks) for chunks in per_dest]
+    mine_numel = send_sizes[g]
+    send = torch.cat([c for chunks in per_dest for c in chunks])
+    recv = torch.empty(G * mine_numel, dtype=intra_dtype, device=device)
+    phases.charge("encode")
+    work = None
+    if G == 1:
+        recv.copy_(send)
+    elif exchange.use_exchange(send, max(send_sizes) * itemsize):
+        work = exchange.all_to_all(recv, [mine_numel] * G, send, send_sizes, hierarchy.intra[0])
+    else:
+        work = dist.all_to_all_single(recv, send, output_split_sizes=[mine_numel] * G,
+                                      input_split_sizes=send_sizes, group=hierarchy.intra[0], async_op=True)
+    phases.collective((yield work))
+    total = recv.view(G, mine_numel).to(torch.float32).sum(dim=0)  # in local-rank order on every rank
+    chunks, chunk_keys, offset = [], [], 0
+    for key, (shape, _, bounds, axis) in zip(keys, layout):
+        piece_shape = chunk_shape(shape, bounds[g], axis)
+        n = math.prod(piece_shape)
+        if n:  # a chunk this rank does not own (a one-row tensor, fewer rows than G) has nothing to average
+            chunks.append(total[offset:offset + n].view(piece_shape).clone())
+            chunk_keys.append(key)
+        offset += n
+    phases.charge("decode")
+    stats.bytes_sent = accounting.alltoall_bytes([s * itemsize for s in send_sizes], g)
+    if hierarchy.hosts > 1:
+        if inter == "sra":
+            across = yield from sra_compressed(chunks, chunk_keys, compressor, ef, server_ef, step,
+                                               (hierarchy.inter[0], hierarchy.inter[-1]))
+        else:
+            across = yield from allgather_compressed(chunks, chunk_keys, compressor, ef, step, hierarchy.inter[:1])
+        stats.bytes_sent += across.bytes_sent
+        stats.bytes_inter += across.bytes_sent
+        stats.encode_s += across.encode_s
+        stats.comm_s += across.comm_s
+        stats.decode_s += across.decode_s
+        stats.comm_spans.extend(across.comm_spans)
+        phases.last = phases._now()
+
+    # Phase 3: every local rank's averaged chunks to every rank of the host.
+    mine = torch.cat([c.reshape(-1) for c in chunks]).to(intra_dtype) if chunks else \
+        torch.empty(0, dtype=intra_dtype, device=device)
+    width = max(send_sizes)
+    padded = torch.zeros(width, dtype=intra_dtype, device=device)
+    padded[:mine.numel()] = mine
+    gathered = torch.empty(G * width, dtype=intra_dtype, device=device)
+    phases.charge("encode")
+    phases.collective((yield _gather_into(gathered, padded, G, hierarchy.intra[-1])))
+    gathered = gathered.view(G, width).to(torch.float32)
+    for i, (t, (shape, shape2, bounds, axis)) in enumerate(zip(tensors, layout)):
+        whole = torch.empty(shape2, dtype=torch.float32, device=device)
+        for j in range(G):
+            start = sum(math.prod(chunk_shape(s, b[j], a)) for s, _, b, a in layout[:i])
+            n = math.prod(chunk_shape(shape, bounds[j], axis))
+            piece = gathered[j, start:start + n]
+            if axis == 0:
+                whole[bounds[j][0]:bounds[j][1]] = piece.view(bounds[j][1] - bounds[j][0], shape2[1])
+            else:
+                whole[:, bounds[j][0]:bounds[j][1]] = piece.view(shape2[0], bounds[j][1] - bounds[j][0])
+        t.copy_(whole.reshape(t.shape))
+    phases.charge("decode")
+    stats.bytes_sent += accounting.allgather_bytes(width * itemsize, G)
     return stats

@@ -13,8 +13,11 @@ import torch.distributed as dist
 from . import collectives, pipeline
 from .feedback import ErrorFeedback
 from ..core.base import get
-from ..core.registry import algorithms, default_algorithm
+from ..core.registry import INTER_ALGORITHMS, INTRA_DTYPES, algorithms, default_algorithm
 from .stats import StepLedger, StepStats
+from .topology import Topology, build_hierarchy, discover
+
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def phase_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:
@@ -44,11 +47,18 @@ class Reducer:
     those of ``reduce``, bit for bit.
     ``history`` holds one ``StepStats`` per finished step, ``step`` counts them
     (it drives the stochastic rounding and survives ``state_dict``).
+
+    ``topology`` says which host each rank of ``group`` runs on (default: each its own host); it
+    splits ``bytes_sent`` into what crosses hosts (``bytes_inter``) and what stays inside one.
+    ``algorithm="hierarchical"`` averages inside each host at ``intra`` precision (fp32, fp16, bf16)
+    and compresses only across hosts, with ``inter`` (sra or allgather); without a topology it asks
+    every rank for its host (``topology.discover``: a collective call, as making its groups is).
     """
 
     def __init__(self, compressor: str = "fp32", algorithm: str | None = None, *,
                  min_compress_numel: int = 1024, group: dist.ProcessGroup | None = None,
                  error_feedback: bool | None = None, impl: str = "auto", overlap: bool = False,
+                 topology: Topology | None = None, intra: str = "fp32", inter: str = "sra",
                  **params: Any) -> None:
         self.compressor = compressor
         self.codec = get(compressor, impl=impl, **params)  # unknown names and bad parameters raise here
@@ -62,6 +72,9 @@ class Reducer:
             raise ValueError(f"algorithm {algorithm!r} is invalid for {compressor!r}; valid: {list(valid)}")
         if min_compress_numel < 0:
             raise ValueError(f"min_compress_numel={min_compress_numel!r} is invalid; valid: an int >= 0")
+        if intra not in INTRA_DTYPES or inter not in INTER_ALGORITHMS:
+            raise ValueError(f"intra must be one of {list(INTRA_DTYPES)} and inter one of {list(INTER_ALGORITHMS)}, "
+                             f"got {intra!r}, {inter!r}")
         self.algorithm = algorithm
         self.min_compress_numel = min_compress_numel
         self.group = group
@@ -72,7 +85,21 @@ class Reducer:
         if error_feedback is None:
             error_feedback = self.codec.needs_error_feedback
         self.ef = ErrorFeedback() if error_feedback else None
-        self.server_ef = ErrorFeedback() if self.ef is not None and algorithm == "sra" else None
+        hierarchical = algorithm == "hierarchical"
+        self.server_ef = ErrorFeedback() if self.ef is not None and (
+            algorithm == "sra" or hierarchical and inter == "sra") else None
+        rank, world = collectives.world_of(group)
+        if hierarchical and topology is None:
+            topology = discover(group)
+        self.topology = topology if topology is not None else Topology.flat(world)
+        if self.topology.world != world:
+            raise ValueError(f"the topology names {self.topology.world} ranks; the group has {world}")
+        self._hierarchy = build_hierarchy(self.topology, group, 2 if overlap else 1) if hierarchical else None
+        self._intra_dtype, self._inter = _DTYPES[intra], inter
+        # The share of a flat collective's bytes that crosses hosts: a ring's to the next rank, the
+        # others' to every other rank alike.
+        self._ring_share = self.topology.inter_share_ring(rank)
+        self._peers_share = self.topology.inter_share_peers(rank)
         self._ledger = StepLedger()
 
     def __repr__(self) -> str:
@@ -130,18 +157,25 @@ class Reducer:
         fused = self.codec.cast_dtype == torch.float32 and self.algorithm == "allreduce"
         small = [t for t in tensors if fused or t.numel() < self.min_compress_numel]
         large = [(k, t) for k, t in zip(keys, tensors) if not fused and t.numel() >= self.min_compress_numel]
-        programs = [collectives.allreduce_native(small, torch.float32, self._groups)]
+        programs = [_inter_share(collectives.allreduce_native(small, torch.float32, self._groups), self._ring_share)]
         large_keys = [k for k, _ in large]
         large_tensors = [t for _, t in large]
         step = self._ledger.step
         if self.algorithm == "allreduce":
-            programs.append(collectives.allreduce_native(large_tensors, self.codec.cast_dtype, self._groups))
+            programs.append(_inter_share(collectives.allreduce_native(large_tensors, self.codec.cast_dtype,
+                                                                      self._groups), self._ring_share))
         elif self.algorithm == "allgather":
-            programs.append(collectives.allgather_compressed(large_tensors, large_keys, self.codec, self.ef, step,
-                                                             self._groups))
-        else:
-            programs.append(collectives.sra_compressed(large_tensors, large_keys, self.codec, self.ef,
-                                                       self.server_ef, step, self._groups))
+            programs.append(_inter_share(collectives.allgather_compressed(large_tensors, large_keys, self.codec,
+                                                                          self.ef, step, self._groups),
+                                         self._peers_share))
+        elif self.algorithm == "sra":
+            programs.append(_inter_share(collectives.sra_compressed(large_tensors, large_keys, self.codec, self.ef,
+                                                                    self.server_ef, step, self._groups),
+                                         self._peers_share))
+        else:  # it counts what crosses hosts itself
+            programs.append(collectives.hierarchical_compressed(large_tensors, large_keys, self.codec, self.ef,
+                                                                self.server_ef, step, self._hierarchy,
+                                                                self._intra_dtype, self._inter))
         return programs
 
     def end_step(self) -> StepStats:
@@ -172,3 +206,10 @@ class Reducer:
             self.ef.load_state_dict(state["ef"], device)
         if self.server_ef is not None:
             self.server_ef.load_state_dict(state["server_ef"], device)
+
+
+def _inter_share(program: pipeline.Program, share: float) -> pipeline.Program:
+    """``program``, its ``bytes_inter`` set to ``share`` of its bytes."""
+    stats = yield from program
+    stats.bytes_inter = stats.bytes_sent * share
+    return stats

@@ -18,12 +18,14 @@ def span_union(spans: list[tuple[float, float]]) -> float:
 
 @dataclass
 class StepStats:
-    """What one averaging cost this rank (``numel``: elements averaged).
+    """What one averaging cost this rank (``numel``: elements averaged; ``bytes_inter``: the part of
+    ``bytes_sent`` that went to ranks on other hosts).
 
     ``comm_spans`` are the (start, end) perf_counter times of each collective; a finished step's
     ``comm_s`` is their union (``span_union``), a call's the sum of its own.
     """
     bytes_sent: float = 0.0
+    bytes_inter: float = 0.0
     encode_s: float = 0.0
     comm_s: float = 0.0
     decode_s: float = 0.0
@@ -32,6 +34,7 @@ class StepStats:
 
     def __iadd__(self, other: StepStats) -> StepStats:
         self.bytes_sent += other.bytes_sent
+        self.bytes_inter += other.bytes_inter
         self.encode_s += other.encode_s
         self.comm_s += other.comm_s
         self.decode_s += other.decode_s

@@ -38,7 +38,10 @@ HOOK_METHODS: dict[str, tuple[Param, ...]] = {}
 _HOOK_RELATIONS: dict[str, Callable[[dict[str, Any]], str | None]] = {}
 
 # How a method's gradients can be averaged (see ``compressors.comm.reducer``).
-ALGORITHMS = ("allreduce", "allgather", "sra")
+ALGORITHMS = ("allreduce", "allgather", "sra", "hierarchical")
+# How a hierarchical average moves data inside a host, and across hosts.
+INTRA_DTYPES = ("fp32", "fp16", "bf16")
+INTER_ALGORITHMS = ("sra", "allgather")
 
 
 class RegistrationError(TypeError):
@@ -171,8 +174,8 @@ def has_cuda(name: str) -> bool:
 
 
 def algorithms(name: str) -> tuple[str, ...]:
-    """The algorithms ``name`` can average with: casts all three, other codecs allgather and sra,
-    a hook-only method only itself."""
+    """The algorithms ``name`` can average with: casts all four, other codecs allgather, sra and
+    hierarchical, a hook-only method only itself."""
     if name in HOOK_METHODS:
         return (name,)
     if name not in COMPRESSORS:

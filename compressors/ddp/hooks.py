@@ -46,6 +46,7 @@ from ..core import registry
 from ..comm.collectives import world_of
 from ..core.params import Param
 from ..comm.reducer import Reducer
+from ..comm.topology import Topology
 from ..comm.stats import StepLedger, StepStats
 from .step_clock import StepClock
 
@@ -382,7 +383,8 @@ class PowerSGDHookState(_LedgerState):
 
 def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_compress_numel: int = 1024,
               group: dist.ProcessGroup | None = None, error_feedback: bool | None = None,
-              impl: str = "auto", overlap: bool = True, **params: Any) -> HookState:
+              impl: str = "auto", overlap: bool = True, topology: Topology | None = None, intra: str = "fp32",
+              inter: str = "sra", **params: Any) -> HookState:
     """The hook state for ``compressor`` over ``algorithm`` (defaults as ``compressors.default_algorithm``).
 
     powersgd, fp32, and fp16/bf16 over ``allreduce``, use PyTorch's own hooks
@@ -391,8 +393,9 @@ def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_com
     (``min_compress_numel``, ``error_feedback``, ``impl`` and ``params`` as
     there). ``overlap``: return each bucket's future unwaited (the module
     docstring); for a Reducer it is a collective call (it makes a process
-    group). Unknown names, algorithms and parameters raise ValueError naming
-    the valid ones.
+    group). ``topology``, ``intra``, ``inter``: the Reducer's (which host each
+    rank runs on; the hierarchical algorithm's levels). Unknown names,
+    algorithms and parameters raise ValueError naming the valid ones.
     """
     if compressor in registry.HOOK_METHODS:
         valid = registry.algorithms(compressor)
@@ -409,7 +412,8 @@ def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_com
         (algorithm or registry.default_algorithm(compressor)) == "allreduce"
     # The Reducer checks every setting; it is the hook only where no PyTorch hook is.
     reducer = Reducer(compressor, algorithm, min_compress_numel=min_compress_numel, group=group,
-                      error_feedback=error_feedback, impl=impl, overlap=overlap and not torch_hook, **params)
+                      error_feedback=error_feedback, impl=impl, overlap=overlap and not torch_hook,
+                      topology=topology, intra=intra, inter=inter, **params)
     if not torch_hook:
         return ReducerHookState(reducer)
     if reducer.codec.cast_dtype == torch.float32:

@@ -3,11 +3,13 @@
 ``up`` makes the hosts (``orchestrator.cluster.netns``), calibrates the links
 (``orchestrator.cluster.calibrate``: unshaped, then at the bandwidth), and starts a Ray
 head in host 0 and one Ray node in each other host, one at a time (parallel
-starts race for the session's socket names). Every node offers one unit of the
-custom resource ``emu_host``: a trial's workers ask for one each, so they land
-on different hosts and talk over the shaped links (Ray's default packing would
-put them on one host and bypass the links). The head offers one more CPU than
-the others for the Tune trial functions.
+starts race for the session's socket names). Every node offers ``workers_per_host``
+units of the custom resource ``emu_host`` (a multi-GPU node's GPUs) and as many
+CPUs: a trial's workers ask for one unit each, so a host holds at most that many
+of them (without the cap Ray's packing would put every worker on one host and
+bypass the links). The workers of one host share its namespace and talk over its
+own address, unshaped; those of different hosts over the shaped links. The head
+offers one more CPU than the others for the Tune trial functions.
 
 The cluster's state (hosts, addresses, namespace inodes, calibrations, who owns
 it) is a JSON file under ``STATE_ROOT/<prefix>/``, claimed before anything is
@@ -47,9 +49,10 @@ SWEEP_PREFIX = "lpsweep"  # a sweep's own cluster (cluster.emulate)
 DEFAULT_SUBNET = "198.18.0"
 RAY_PORT = 6379
 HOST_RESOURCE = "emu_host"
+MAX_WORKERS_PER_HOST = 16  # the GPUs of the largest common node
 # Below this multiple of the requested rate the veths themselves, not tbf, would set the pace under load.
 HEADROOM = 3.0
-_NODE_CPUS = 1
+_NODE_CPUS = 1  # per worker slot
 _OBJECT_STORE_BYTES = 200 * 1000**2
 _STOP_WAIT_S = 10.0
 # Every process of the cluster gets these. Token authentication is on in Ray 2.60 once
@@ -96,6 +99,7 @@ class Cluster:
     hosts: int
     bandwidth: str | None  # the rate the links are shaped to now; None while being shaped (or after that failed)
     inodes: list[int]  # of every namespace made so far, in the order of ``network.names`` (hosts first)
+    workers_per_host: int = 1  # the ``HOST_RESOURCE`` slots of each host's Ray node
     owner_pid: int | None = None  # a sweep that brought it up for itself; None: `cluster up`
     ray: bool = True
     calibrations: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by rate; "unshaped"
@@ -214,9 +218,10 @@ class Cluster:
 
     def summary(self) -> dict[str, Any]:
         """What a results folder records of the cluster its trials ran on."""
-        return {"hosts": self.hosts, "bandwidth": self.bandwidth, "addresses": [self.network.address(i)
-                for i in range(self.hosts)], "burst_bytes": netns.burst_bytes(self.bandwidth) if self.bandwidth
-                else None, "calibrations": self.calibrations}
+        return {"hosts": self.hosts, "workers_per_host": self.workers_per_host, "bandwidth": self.bandwidth,
+                "addresses": [self.network.address(i) for i in range(self.hosts)],
+                "burst_bytes": netns.burst_bytes(self.bandwidth) if self.bandwidth else None,
+                "calibrations": self.calibrations}
 
 
 def _marked(pid: int, prefix: str) -> bool:
@@ -270,9 +275,11 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
-def up(hosts: int, bandwidth: str, *, prefix: str = DEFAULT_PREFIX, subnet: str = DEFAULT_SUBNET,
-       ray: bool = True, owner_pid: int | None = None, log: Callable[[str], None] = print) -> Cluster:
-    """Make ``hosts`` emulated hosts with links shaped to ``bandwidth``, calibrate, start Ray.
+def up(hosts: int, bandwidth: str, *, workers_per_host: int = 1, prefix: str = DEFAULT_PREFIX,
+       subnet: str = DEFAULT_SUBNET, ray: bool = True, owner_pid: int | None = None,
+       log: Callable[[str], None] = print) -> Cluster:
+    """Make ``hosts`` emulated hosts with links shaped to ``bandwidth``, calibrate, start Ray with
+    ``workers_per_host`` worker slots on each host.
 
     Refuses bad arguments (ValueError) before anything is made. Refuses (NetworkError, having removed what
     it made and nothing else) without root or tbf, when a cluster with ``prefix`` is up (one left by a
@@ -283,8 +290,10 @@ def up(hosts: int, bandwidth: str, *, prefix: str = DEFAULT_PREFIX, subnet: str 
     if problem:
         raise NetworkError(f"cannot emulate a cluster here: {problem}")
     bandwidth = _check_rate(bandwidth)
+    if not 1 <= workers_per_host <= MAX_WORKERS_PER_HOST:
+        raise ValueError(f"workers_per_host must be in [1, {MAX_WORKERS_PER_HOST}], got {workers_per_host}")
     network = Network(prefix, subnet, hosts)
-    cluster = Cluster(prefix, subnet, hosts, None, [], owner_pid=owner_pid, ray=ray,
+    cluster = Cluster(prefix, subnet, hosts, None, [], workers_per_host, owner_pid=owner_pid, ray=ray,
                       started_at=datetime.datetime.now().isoformat(timespec="seconds"))
     if not cluster.claim():
         old = load(prefix)
@@ -323,7 +332,8 @@ def up(hosts: int, bandwidth: str, *, prefix: str = DEFAULT_PREFIX, subnet: str 
         if ray:
             _start_ray(cluster)
         log(f"emulated cluster {prefix!r} up in {time.monotonic() - started:.0f} s: {hosts} hosts "
-            f"{network.address(0)}..{network.address(hosts - 1)}" + (f", Ray at {cluster.address}" if ray else ""))
+            f"{network.address(0)}..{network.address(hosts - 1)}, {workers_per_host} worker(s) per host"
+            + (f", Ray at {cluster.address}" if ray else ""))
         return cluster
     except BaseException:
         down(prefix, log=lambda _: None, owner_pid=owner_pid)
@@ -346,19 +356,21 @@ def _ray_binary() -> str:
 
 
 def _start_ray(cluster: Cluster) -> None:
-    """Head in host 0, then one node per other host, one at a time."""
+    """Head in host 0, then one node per other host, one at a time; each offers ``workers_per_host`` slots
+    and a logical CPU for each (every host shares this machine's cores: the runner sets the threads)."""
     ray = _ray_binary()
     network = cluster.network
     common = ["--object-store-memory", str(_OBJECT_STORE_BYTES), "--disable-usage-stats"]
-    resources = json.dumps({HOST_RESOURCE: 1})
+    resources = json.dumps({HOST_RESOURCE: cluster.workers_per_host})
+    cpus = _NODE_CPUS * cluster.workers_per_host
     for i in range(cluster.hosts):
         if i == 0:
             argv = [ray, "start", "--head", "--node-ip-address", network.address(0), "--port", str(RAY_PORT),
                     "--temp-dir", str(cluster.temp_dir), "--include-dashboard", "false",
-                    "--num-cpus", str(_NODE_CPUS + 1)]
+                    "--num-cpus", str(cpus + 1)]
         else:
             argv = [ray, "start", "--address", cluster.address, "--node-ip-address", network.address(i),
-                    "--num-cpus", str(_NODE_CPUS)]
+                    "--num-cpus", str(cpus)]
         done = subprocess.run(network.command(i, [*argv, *common, "--resources", resources],
                                               {**BASE_ENV, ENV_VAR: cluster.prefix}),
                               capture_output=True, text=True)
@@ -412,8 +424,8 @@ def status(prefix: str = DEFAULT_PREFIX) -> str:
         return f"no emulated cluster with prefix {prefix!r} (state: {folder_of(prefix)})"
     links = (f"links {cluster.bandwidth} each way" if cluster.bandwidth else "links at no recorded rate (being "
              f"shaped, or that failed: `lowprec cluster shape RATE --prefix {prefix}`)")
-    lines = [f"emulated cluster {prefix!r}: {cluster.hosts} hosts, {links}, "
-             f"started {cluster.started_at}" + (f" by sweep process {cluster.owner_pid}" if cluster.owner_pid else ""),
+    lines = [f"emulated cluster {prefix!r}: {cluster.hosts} hosts, {links}, {cluster.workers_per_host} worker(s) "
+             f"per host, started {cluster.started_at}" + (f" by sweep process {cluster.owner_pid}" if cluster.owner_pid else ""),
              f"Ray: {cluster.address}" if cluster.ray else "Ray: not started"]
     standing = cluster.standing()
     missing = [name for name in cluster.network.names if name not in standing]

@@ -9,6 +9,22 @@ timeline of gradient buckets ready during backward:
 - all_to_all sending ``A`` bytes to the other ranks: ``(p-1) alpha + A/B``;
 - sra: an all_to_all then an all_gather of the re-encoded chunks.
 
+A cluster of H hosts of G workers each (``Cluster``, p = H G) has two links: each worker's own link to
+the other hosts (``inter``: a NIC per worker, as GPU nodes have) and the link joining a host's workers
+(``intra``: NVLink-class). A flat collective spans all p ranks:
+
+- ring all_reduce: every step of the ring waits for its slowest hop, one between hosts where H > 1:
+  the ring's cost over ``inter`` (over ``intra`` where H = 1);
+- all_gather and all_to_all: (p-G)/(p-1) of the bytes go to ranks on other hosts over ``inter``,
+  (G-1)/(p-1) to the host's own over ``intra``, at once: the longer of ``(p-G) alpha_e + (p-G) S/B_e``
+  and ``(G-1) alpha_i + (G-1) S/B_i`` (all_gather; all_to_all: the shares of A instead of multiples
+  of S). With G = 1 both are the one-link costs above, bit for bit.
+
+The hierarchical average of a bucket of M bytes at the intra precision: a reduce-scatter among the
+host's G ranks over ``intra``, ``(G-1) alpha_i + (G-1)/G M/B_i + (G-1)/G M/R_add``; across hosts,
+among the H ranks of each local rank, an sra of that rank's 1/G of the bucket over ``inter`` (the
+costs above with p = H); an all_gather among the G ranks over ``intra`` of M/G bytes each.
+
 Timeline (buckets i = 1..K ready at t_i into backward, encode e_i, communication c_i, decode d_i):
 with overlap f_i = max(f_{i-1}, t_i + e_i) + c_i, T = T_fwd + max(T_bwd, f_K + d_K) + T_opt, with
 the encodes and decodes on the compute device (contended: backward grows by them, and each t_i by
@@ -22,9 +38,28 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Link:
-    """One host's link: bandwidth in bytes/s each way, latency in seconds per message."""
+    """One worker's link: bandwidth in bytes/s each way, latency in seconds per message."""
     bandwidth: float
     latency: float = 0.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """``hosts`` hosts of ``workers_per_host`` workers: each worker's link to the other hosts (``inter``),
+    and the link between the workers of a host (``intra``)."""
+    hosts: int
+    workers_per_host: int
+    inter: Link
+    intra: Link
+
+    @property
+    def workers(self) -> int:
+        return self.hosts * self.workers_per_host
+
+    @classmethod
+    def flat(cls, workers: int, link: Link) -> "Cluster":
+        """A host per worker: every message crosses ``link``."""
+        return cls(workers, 1, link, link)
 
 
 def ring_allreduce_s(nbytes: float, p: int, link: Link, reduce_bps: float = math.inf) -> float:
@@ -45,6 +80,43 @@ def alltoall_s(sent_nbytes: float, p: int, link: Link) -> float:
     if p <= 1 or sent_nbytes <= 0:
         return 0.0
     return (p - 1) * link.latency + sent_nbytes / link.bandwidth
+
+
+def reduce_scatter_s(nbytes: float, p: int, link: Link, reduce_bps: float = math.inf) -> float:
+    """An all_to_all of M bytes' p chunks, each rank summing the p copies of its own: a ring all_reduce's
+    first half (an all_gather of the M/p-byte sums is the second)."""
+    if p <= 1 or nbytes <= 0:
+        return 0.0
+    return (p - 1) * link.latency + (p - 1) / p * nbytes / link.bandwidth + (p - 1) / p * nbytes / reduce_bps
+
+
+def flat_ring_allreduce_s(nbytes: float, cluster: Cluster, reduce_bps: float = math.inf) -> float:
+    """A ring over every rank of ``cluster``: each step waits for the slowest hop, one between hosts."""
+    link = cluster.inter if cluster.hosts > 1 else cluster.intra
+    return ring_allreduce_s(nbytes, cluster.workers, link, reduce_bps)
+
+
+def flat_allgather_s(payload_nbytes: float, cluster: Cluster) -> float:
+    """All_gather over every rank: the payloads of the ranks on other hosts over ``inter``, those of the
+    host's own over ``intra``, at once."""
+    p, g = cluster.workers, cluster.workers_per_host
+    if p <= 1 or payload_nbytes <= 0:
+        return 0.0
+    across = (p - g) * cluster.inter.latency + (p - g) * payload_nbytes / cluster.inter.bandwidth
+    inside = (g - 1) * cluster.intra.latency + (g - 1) * payload_nbytes / cluster.intra.bandwidth
+    return max(across, inside)
+
+
+def flat_alltoall_s(sent_nbytes: float, cluster: Cluster) -> float:
+    """All_to_all over every rank, sending ``sent_nbytes`` alike to the others: the share for other hosts
+    over ``inter``, the rest over ``intra``, at once."""
+    p, g = cluster.workers, cluster.workers_per_host
+    if p <= 1 or sent_nbytes <= 0:
+        return 0.0
+    # the shares first: (p - 1) / (p - 1) is 1 exactly, so one worker per host is alltoall_s to the bit
+    across = (p - g) * cluster.inter.latency + sent_nbytes * ((p - g) / (p - 1)) / cluster.inter.bandwidth
+    inside = (g - 1) * cluster.intra.latency + sent_nbytes * ((g - 1) / (p - 1)) / cluster.intra.bandwidth
+    return max(across, inside)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ Inputs, all measured by the tool, never fitted to runs on the target:
   split and when each gradient is ready, scaled to the fp32 one-worker trial's compute time;
 - DDP's buckets (reverse parameter order; 1 MiB first, then ``bucket_cap_mb``, default 25 MiB);
 - exact payload sizes from the compressors (sra's chunks as ``compressors.comm.collectives`` cuts them);
-- the target link (``--bandwidth``, ``--latency``) and this machine's reduction throughput.
+- the target cluster: each worker's link to the other hosts (``--bandwidth``, ``--latency``), the
+  workers of a host (``--workers_per_host``) and the link between them (``--intra_bandwidth``), and
+  this machine's reduction throughput.
 
 The profile and the reduction throughput are timings, noisy from call to call: the first call
 caches them in the results folder (``predict_cache/``) and later calls reuse them, so the same
@@ -16,6 +18,13 @@ folder and arguments give the same predictions.
 
 Encode and decode at p workers from the one-worker figures: sra encodes n + n/p elements per step
 (n + n with one worker) and decodes 2n either way; allgather encodes n and decodes p n.
+
+With several workers per host (G > 1, H hosts), each configuration measured with sra is predicted
+with the hierarchical algorithm too (``compressors.comm.collectives.hierarchical_compressed``, fp32
+inside a host): its codec runs sra among the H hosts on 1/G of each bucket (encode n/G + n/(G H),
+decode 2n/G: the one-worker figures scaled so), the intra phases' casts and copies taken as within
+those figures; its steps to the target and accuracy are those of its flat sra trials.
+
 Time to accuracy: speedup x (fp32's steps to the target / the configuration's), the trials' own
 ``steps_to_target`` with the most workers in the folder (``outcomes``); where either is unknown, the
 per-step speedup. PowerSGD and trials run on GPUs are not modelled (say so, skip).
@@ -36,7 +45,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +66,10 @@ DEFAULT_BUCKET_CAP_MB = 25
 CACHE_DIR = "predict_cache"
 PREDICTIONS_DIR = "predictions"
 CAST_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
-COLUMNS = ["configuration", "compressor", "algorithm", "num_workers", "bandwidth_bps", "latency_s", "overlap",
-           "compute_scale", "predicted_step_time_s", "compute_s", "comm_s", "encode_s", "decode_s", "speedup_vs_fp32",
-           "speedup_vs_16bit", "steps_ratio_vs_fp32", "tta_speedup_vs_fp32", "accuracy_delta_points",
-           "reached_target", "break_even_bps", "speedup_bound"]
+COLUMNS = ["configuration", "compressor", "algorithm", "num_workers", "workers_per_host", "bandwidth_bps",
+           "intra_bandwidth_bps", "latency_s", "overlap", "compute_scale", "predicted_step_time_s", "compute_s",
+           "comm_s", "encode_s", "decode_s", "speedup_vs_fp32", "speedup_vs_16bit", "steps_ratio_vs_fp32",
+           "tta_speedup_vs_fp32", "accuracy_delta_points", "reached_target", "break_even_bps", "speedup_bound"]
 
 
 _LATENCY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(s|ms|us|ns)")
@@ -84,6 +93,10 @@ _WORKLOAD_KEYS = ("dataset", "dataset_options", "model", "model_options", "batch
 Trials = list[tuple[dict[str, Any], pd.Series]]  # (record, trials.csv row) of each finished trial
 
 MAX_WORKERS = 65_536  # predict's --num_workers: beyond any cluster modelled, and sra's chunks stay cheap to count
+# The link between a host's workers: an A100 node's NVLink, 300 GB/s each way (2400gbit, --intra_bandwidth's
+# default); what predict's --intra_bandwidth accepts: any rate a host's devices could be joined by.
+DEFAULT_INTRA_BPS = 2.4e12
+INTRA_RATE_RANGE_BPS = (8e3, 1e14)
 # What the model reads of trials.csv: each configuration's one-worker times, then what its trials reached
 # (time_to_target_s; steps_to_target and accuracy_delta where the table has them, unknown in older tables).
 PHASES = ("compute_s", "encode_s", "decode_s", "exposed_comm_s")
@@ -177,6 +190,9 @@ def configurations(trials: Trials) -> tuple[list[Configuration], list[str]]:
         s = record["settings"]
         if s["compressor"] == "powersgd" or s["use_gpu"]:
             why[step_key(s)] = f"{'PowerSGD' if s['compressor'] == 'powersgd' else 'a GPU trial'} is not modelled"
+        elif s["algorithm"] == "hierarchical":
+            why[step_key(s)] = ("a hierarchical trial is no input (one worker is one host: nothing is compressed); "
+                                "with --workers_per_host, each sra configuration is predicted hierarchical")
         elif s["num_workers"] == 1:
             repeats.setdefault(step_key(s), []).append((s, row))
     found = {}
@@ -276,12 +292,15 @@ def buckets_of(shapes: list[tuple[int, ...]], bucket_cap_mb: float | None) -> li
 
 
 # One bucket's traffic: (collective, bytes) in the order they run; bytes are what perfmodel's cost
-# of that collective takes (ring: the buffer; all_gather: one rank's payload; all_to_all: what a rank sends).
+# of that collective takes (ring: the buffer; all_gather: one rank's payload; all_to_all: what a rank sends;
+# reduce_scatter: the buffer). Collectives over every rank are named alone; those of the hierarchical
+# algorithm among a host's ranks ``intra_``, among the ranks of one local rank on every host ``inter_``.
 Traffic = list[tuple[str, float]]
 
 
-def bucket_traffic(config: Configuration, shapes: list[tuple[int, ...]], p: int) -> Traffic:
-    """What one bucket (parameter ``shapes``) puts on the wire with ``p`` workers."""
+def bucket_traffic(config: Configuration, shapes: list[tuple[int, ...]], p: int, workers_per_host: int = 1) -> Traffic:
+    """What one bucket (parameter ``shapes``) puts on the wire with ``p`` workers, ``workers_per_host`` on
+    each host."""
     s = config.settings
     name, algorithm = s["compressor"], s["algorithm"]
     if algorithm == "allreduce":
@@ -294,21 +313,47 @@ def bucket_traffic(config: Configuration, shapes: list[tuple[int, ...]], p: int)
     codec = compressors.get(name, **(s["compressor_params"] or {}))
     if algorithm == "allgather":
         return traffic + [("all_gather", sum(codec.payload_nbytes(x) for x in large))]
-    to_rank = [0] * p  # sra: payload bytes of each rank's chunks, as collectives.sra_compressed cuts them
+    if algorithm == "sra":
+        return traffic + _sra_traffic(codec, list(enumerate(large)), p)
+    # hierarchical: local rank g's share of each tensor, cut as hierarchical_compressed cuts it, then the
+    # sra of those pieces among the hosts; the local ranks run theirs at once, and the busiest one's bytes
+    # (collective by collective) set the pace
+    g = workers_per_host
+    pieces: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in range(g)]
     for index, x in enumerate(large):
         axis = collectives.chunk_axis(x, codec)
-        for r, bounds in enumerate(collectives.split(x, p, index, axis)):
+        for rank, bounds in enumerate(collectives.split(x, g, index, axis)):
+            if bounds[1] > bounds[0]:  # a one-row tensor goes whole to one local rank
+                pieces[rank].append((index, collectives.chunk_shape(x, bounds, axis)))
+    across = [_sra_traffic(codec, mine, p // g) for mine in pieces]
+    busiest = [(f"inter_{kind}", max(rank[i][1] for rank in across)) for i, (kind, _) in enumerate(across[0])]
+    # the intra phases at the intra precision, split evenly (their bytes are cheap, their padding ignored)
+    intra = CAST_ITEMSIZE[s["intra"]] * sum(math.prod(x) for x in large)
+    return traffic + [("intra_reduce_scatter", intra), *busiest, ("intra_all_gather", intra / g)]
+
+
+def _sra_traffic(codec: compressors.Compressor, tensors: list[tuple[int, tuple[int, ...]]], p: int) -> Traffic:
+    """An sra's traffic among ``p`` ranks for (key, shape) ``tensors``: payload bytes of each rank's chunks, as
+    collectives.sra_compressed cuts them (the keys place a one-row tensor)."""
+    to_rank = [0] * p
+    for key, x in tensors:
+        axis = collectives.chunk_axis(x, codec)
+        for r, bounds in enumerate(collectives.split(x, p, key, axis)):
             to_rank[r] += codec.payload_nbytes(collectives.chunk_shape(x, bounds, axis))
-    traffic.append(("all_to_all", sum(to_rank[1:])))
-    if codec.scales_by_tensor:
-        traffic.append(("ring", 4 * len(large)))
-    return traffic + [("all_gather", max(to_rank))]
+    scales: Traffic = [("ring", 4 * len(tensors))] if codec.scales_by_tensor else []
+    return [("all_to_all", sum(to_rank[1:])), *scales, ("all_gather", max(to_rank))]
 
 
-def comm_s(traffic: Traffic, p: int, link: perfmodel.Link, reduce: float) -> float:
-    costs = {"ring": lambda n: perfmodel.ring_allreduce_s(n, p, link, reduce),
-             "all_gather": lambda n: perfmodel.allgather_s(n, p, link),
-             "all_to_all": lambda n: perfmodel.alltoall_s(n, p, link)}
+def comm_s(traffic: Traffic, cluster: perfmodel.Cluster, reduce: float) -> float:
+    hosts, local = cluster.hosts, cluster.workers_per_host
+    costs = {"ring": lambda n: perfmodel.flat_ring_allreduce_s(n, cluster, reduce),
+             "all_gather": lambda n: perfmodel.flat_allgather_s(n, cluster),
+             "all_to_all": lambda n: perfmodel.flat_alltoall_s(n, cluster),
+             "intra_reduce_scatter": lambda n: perfmodel.reduce_scatter_s(n, local, cluster.intra, reduce),
+             "inter_all_to_all": lambda n: perfmodel.alltoall_s(n, hosts, cluster.inter),
+             "inter_ring": lambda n: perfmodel.ring_allreduce_s(n, hosts, cluster.inter, reduce),
+             "inter_all_gather": lambda n: perfmodel.allgather_s(n, hosts, cluster.inter),
+             "intra_all_gather": lambda n: perfmodel.allgather_s(n, local, cluster.intra)}
     return sum(costs[kind](nbytes) for kind, nbytes in traffic)
 
 
@@ -340,9 +385,10 @@ class DeviceScale:
 
 
 def plan(config: Configuration, prof: Profile, compute_s: float, p: int, overlap: bool,
-         scale: DeviceScale = DeviceScale()) -> Plan:
+         scale: DeviceScale = DeviceScale(), workers_per_host: int = 1) -> Plan:
     """``compute_s``: the one-worker step's compute (fp32's), split as ``prof`` says, times ``scale.compute``;
-    the configuration's encode and decode times ``scale.encode`` and ``scale.decode``."""
+    the configuration's encode and decode times ``scale.encode`` and ``scale.decode``; ``p`` workers,
+    ``workers_per_host`` on each host."""
     s = config.settings
     shapes = [shape for shape, _ in prof.params]
     per_profiled = compute_s * scale.compute / (prof.fwd_s + prof.bwd_s + prof.opt_s)
@@ -358,22 +404,29 @@ def plan(config: Configuration, prof: Profile, compute_s: float, p: int, overlap
         encode *= (1 + 1 / p) / 2
     elif s["algorithm"] == "allgather":
         decode *= p
+    elif s["algorithm"] == "hierarchical":  # an sra among the hosts on 1/G of the elements
+        encode *= (1 + 1 / (p // workers_per_host)) / 2 / workers_per_host
+        decode /= workers_per_host
     buckets = []
     for idx in buckets_of(shapes, s["bucket_cap_mb"]):
         share = sum(compressible[i] for i in idx) / total
         ready = max(prof.params[i][1] for i in idx) * per_profiled
-        buckets.append((ready, encode * share, decode * share, bucket_traffic(config, [shapes[i] for i in idx], p)))
+        buckets.append((ready, encode * share, decode * share,
+                        bucket_traffic(config, [shapes[i] for i in idx], p, workers_per_host)))
     return Plan(prof.fwd_s * per_profiled, prof.bwd_s * per_profiled, prof.opt_s * per_profiled, buckets, encode,
                 decode, overlap)
 
 
-def predict_step(step: Plan, p: int, link: perfmodel.Link, reduce: float) -> dict[str, float]:
-    """Predicted step of a planned configuration over ``link``; ``messages``: how many latencies it pays."""
-    buckets = [perfmodel.Bucket(ready, enc, comm_s(traffic, p, link, reduce), dec)
+def predict_step(step: Plan, cluster: perfmodel.Cluster, reduce: float) -> dict[str, float]:
+    """Predicted step of a planned configuration on ``cluster`` (the shape it was planned for);
+    ``messages``: how many latencies it pays."""
+    buckets = [perfmodel.Bucket(ready, enc, comm_s(traffic, cluster, reduce), dec)
                for ready, enc, dec, traffic in step.buckets]
     time_s = perfmodel.step_time(step.fwd_s, step.bwd_s, step.opt_s, buckets, step.overlap)
-    # messages in turn: the communication at a latency of 1 s and no time per byte
-    messages = sum(comm_s(traffic, p, perfmodel.Link(math.inf, 1.0), math.inf) for *_, traffic in step.buckets)
+    # messages in turn: the communication at a latency of 1 s and no time per byte, on either link
+    counting = perfmodel.Link(math.inf, 1.0)
+    messages = sum(comm_s(traffic, replace(cluster, inter=counting, intra=counting), math.inf)
+                   for *_, traffic in step.buckets)
     return {"predicted_step_time_s": time_s, "compute_s": step.fwd_s + step.bwd_s + step.opt_s,
             "comm_s": sum(b.comm_s for b in buckets), "encode_s": step.encode_s, "decode_s": step.decode_s,
             "messages": messages}
@@ -450,12 +503,36 @@ def measured(results: Path, settings: dict[str, Any], prof: Profile | None = Non
                           "folder to measure again)"]
 
 
+def cluster(num_workers: int, workers_per_host: int, bandwidth_bps: float, latency_s: float,
+            intra_bandwidth_bps: float) -> perfmodel.Cluster:
+    """The target cluster: ``num_workers`` workers, ``workers_per_host`` on each host, each with a link of
+    ``bandwidth_bps`` bits/s and ``latency_s`` to the other hosts, a host's joined by ``intra_bandwidth_bps``
+    bits/s (latency 0). ValueError, one line naming the argument, where the hosts would not all hold
+    ``workers_per_host`` workers."""
+    if not (1 <= workers_per_host <= num_workers and num_workers % workers_per_host == 0):
+        raise ValueError(f"workers_per_host must be in [1, {num_workers}] and divide num_workers ({num_workers}), "
+                         f"got {workers_per_host}")
+    return perfmodel.Cluster(num_workers // workers_per_host, workers_per_host,
+                             perfmodel.Link(bandwidth_bps / 8, latency_s), perfmodel.Link(intra_bandwidth_bps / 8))
+
+
+def hierarchical(config: Configuration) -> Configuration:
+    """The hierarchical variant of an sra configuration, fp32 inside a host (the reducer's default): the same
+    codec and its one-worker times."""
+    settings = {**config.settings, "algorithm": "hierarchical", "intra": "fp32"}
+    return replace(config, label=config_name(settings), settings=settings)
+
+
 def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: float, overlap: bool = True,
-            compute_scale: float = 1.0, prof: Profile | None = None) -> tuple[pd.DataFrame, list[str]]:
-    """Every predictable configuration of ``results`` on ``num_workers`` workers with links of
-    ``bandwidth_bps`` bits/s and ``latency_s``; the notes (one line each) say what was skipped and why, where
-    the steps to the target are unknown, and where the measured inputs were cached. ``prof``: the model's
-    step profile (default: ``measured``'s)."""
+            compute_scale: float = 1.0, prof: Profile | None = None, workers_per_host: int = 1,
+            intra_bandwidth_bps: float = DEFAULT_INTRA_BPS) -> tuple[pd.DataFrame, list[str]]:
+    """Every predictable configuration of ``results`` on ``num_workers`` workers, ``workers_per_host`` on each
+    host (``cluster``), with links of ``bandwidth_bps`` bits/s and ``latency_s`` between hosts and of
+    ``intra_bandwidth_bps`` inside one; with several workers per host, each sra configuration with the
+    hierarchical algorithm too (a row of its own). The notes (one line each) say what was skipped and why,
+    where the steps to the target are unknown, and where the measured inputs were cached. ``prof``: the
+    model's step profile (default: ``measured``'s)."""
+    target = cluster(num_workers, workers_per_host, bandwidth_bps, latency_s, intra_bandwidth_bps)
     records = read_records(results)
     csv = read_table(results, records)
     trials = pairs(records, csv)
@@ -478,20 +555,25 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     # shown as the study's tables show them: parameters and algorithm only where not the defaults
     label = dict(zip((c.key for c in configs),
                      config_labels([{**c.settings, **(c.settings["compressor_params"] or {})} for c in configs], [])))
-    plans = {c.key: plan(c, prof, fp32.compute_s, num_workers, overlap, DeviceScale.uniform(compute_scale))
-             for c in configs}
+    # each row's configuration and the measured one whose label, trials and outcome it takes
+    predicted = [(c, c) for c in configs]
+    if workers_per_host > 1:
+        predicted += [(hierarchical(c), c) for c in configs if c.settings["algorithm"] == "sra"]
+    plans = {c.key: plan(c, prof, fp32.compute_s, num_workers, overlap, DeviceScale.uniform(compute_scale),
+                         workers_per_host) for c, _ in predicted}
 
     def step_at(config: Configuration, bps: float) -> dict[str, float]:
-        return predict_step(plans[config.key], num_workers, perfmodel.Link(bps / 8, latency_s), reduce)
+        at = replace(target, inter=perfmodel.Link(bps / 8, latency_s))
+        return predict_step(plans[config.key], at, reduce)
 
     base = step_at(fp32, bandwidth_bps)["predicted_step_time_s"]
     half = baseline(configs, "fp16", fp32.key[0])
     half_step = step_at(half, bandwidth_bps)["predicted_step_time_s"] if half else math.nan
     rows = []
-    for config in configs:
+    for config, measured_as in predicted:
         out = step_at(config, bandwidth_bps)
         step = out["predicted_step_time_s"]
-        outcome = outcome_of[config.key]
+        outcome = outcome_of[measured_as.key]
         known = outcome.steps > 0 and outcome_of[fp32.key].steps > 0
         ratio = outcome_of[fp32.key].steps / outcome.steps if known else math.nan
         even = math.nan
@@ -500,9 +582,13 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
                 return step_at(c, bps)["predicted_step_time_s"] < step_at(fp32, bps)["predicted_step_time_s"]
             edge = perfmodel.break_even(faster, 1e6, 1e12)
             even = math.inf if edge == 1e12 else (0.0 if edge == 1e6 else edge)
-        rows.append({"configuration": label[config.key], "compressor": config.settings["compressor"],
+        # "qsgd bits=4 hierarchical": the sra configuration's label, its algorithm said once
+        name = label[config.key] if config is measured_as else \
+            f"{label[measured_as.key].replace(' algorithm=sra', '')} hierarchical"
+        rows.append({"configuration": name, "compressor": config.settings["compressor"],
                      "algorithm": config.settings["algorithm"], "num_workers": num_workers,
-                     "bandwidth_bps": bandwidth_bps, "latency_s": latency_s, "overlap": overlap,
+                     "workers_per_host": workers_per_host, "bandwidth_bps": bandwidth_bps,
+                     "intra_bandwidth_bps": intra_bandwidth_bps, "latency_s": latency_s, "overlap": overlap,
                      "compute_scale": compute_scale, **out,
                      "speedup_vs_fp32": base / step, "speedup_vs_16bit": half_step / step,
                      # an unknown steps ratio counts as 1: the per-step speedup, and a note says so
@@ -511,6 +597,9 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
                      "accuracy_delta_points": outcome.accuracy_points, "reached_target": outcome.reached,
                      "break_even_bps": even, "speedup_bound": perfmodel.speedup_bound(base, fp32.compute_s)})
     notes += _outcome_notes(configs, label, outcome_of, fp32, "steps_to_target" in csv.columns)
+    if len(predicted) > len(configs):
+        notes.append(f"hierarchical: no such trial was run; each row is its sra configuration's codec on 1/"
+                     f"{workers_per_host} of each bucket, with the steps to target and accuracy of its flat sra trials")
     return pd.DataFrame(rows, columns=COLUMNS), notes + cache_notes
 
 
@@ -534,20 +623,36 @@ def _outcome_notes(configs: list[Configuration], label: dict[tuple[str, str], st
 
 
 def predictions_path(results: Path, bandwidth: str, num_workers: int, latency: str, overlap: bool,
-                     compute_scale: float) -> Path:
+                     compute_scale: float, workers_per_host: int = 1, intra_bandwidth: str = "") -> Path:
     """Where predict and advise save their table: named by their arguments (as typed, lower case), so a call
-    for another cluster keeps the file of this one, e.g. predictions/100mbit_8w_5us_overlap-true_x1.csv."""
+    for another cluster keeps the file of this one, e.g. predictions/100mbit_8w_5us_overlap-true_x1.csv;
+    with several workers per host, hosts x workers and the intra link's rate:
+    predictions/25gbit_2x8w_2400gbit-intra_5us_overlap-true_x1.csv."""
     scale = repr(float(compute_scale)).removesuffix(".0")  # repr: two different scales never share a name
-    name = f"{bandwidth.strip().lower()}_{num_workers}w_{latency.strip().lower()}_overlap-{str(overlap).lower()}"
+    workers = f"{num_workers}w" if workers_per_host == 1 else \
+        f"{num_workers // workers_per_host}x{workers_per_host}w_{intra_bandwidth.strip().lower()}-intra"
+    name = f"{bandwidth.strip().lower()}_{workers}_{latency.strip().lower()}_overlap-{str(overlap).lower()}"
     return results / PREDICTIONS_DIR / f"{name}_x{scale}.csv"
 
 
-def emulated_compute_scale(num_workers: int, hosts: int, cpu_count: int) -> float:
-    """How much slower each worker computes when ``num_workers`` hosts of an emulated ``hosts``-host
-    cluster compute at once on this machine's ``cpu_count`` cores, against one worker alone: every
-    host has cores / hosts torch threads (orchestrator.study.runner), and threads beyond the cores share them."""
-    threads = max(1, cpu_count // hosts)
+def emulated_compute_scale(num_workers: int, hosts: int, cpu_count: int, workers_per_host: int = 1) -> float:
+    """How much slower each worker computes when ``num_workers`` workers of an emulated cluster of ``hosts``
+    hosts x ``workers_per_host`` compute at once on this machine's ``cpu_count`` cores, against one worker
+    alone: every worker has cores / (hosts x workers_per_host) torch threads (orchestrator.study.runner),
+    and threads beyond the cores share them."""
+    threads = max(1, cpu_count // (hosts * workers_per_host))
     return max(1.0, num_workers * threads / cpu_count)
+
+
+def _emulated_cluster(p: int, link: dict[str, Any], wire: perfmodel.Link) -> perfmodel.Cluster:
+    """The cluster a trial of ``p`` workers ran on: Ray packs them, ``workers_per_host`` to a host (a trial
+    that does not fill its hosts evenly is taken as one worker per host); the workers of a host talk at
+    about what the links carried unshaped."""
+    G = min(link.get("workers_per_host", 1), p)
+    if G == 1 or p % G:
+        return perfmodel.Cluster.flat(p, wire)
+    intra = perfmodel.Link((link.get("unshaped_bps") or wire.bandwidth * 8) / 8, 0.0)
+    return perfmodel.Cluster(p // G, G, wire, intra)
 
 
 def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: int | None = None,
@@ -595,12 +700,13 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
                 continue
             scale = scales[config.key, p]
         else:
-            scale = DeviceScale.uniform(emulated_compute_scale(p, link["hosts"], cpu_count) if cpu_count else 1.0)
+            scale = DeviceScale.uniform(emulated_compute_scale(p, link["hosts"], cpu_count,
+                                                               link.get("workers_per_host", 1)) if cpu_count else 1.0)
         step = plan(config, prof, fp32.compute_s, p, s["overlap"], scale)
         alpha = (latency or {}).get((config.key, p), link.get("calibrated_latency_s") or 0.0)
         wire = perfmodel.Link(link["calibrated_bps"] / 8, alpha)
         reduce = reduce_bps() if reduce is None else reduce
-        predicted = predict_step(step, p, wire, reduce)
+        predicted = predict_step(step, _emulated_cluster(p, link, wire), reduce)
         floor = (busy or {}).get((config.key, p, bool(s["overlap"])), 0.0)
         out[record["trial_id"]] = {**predicted, "predicted_step_time_s": max(predicted["predicted_step_time_s"], floor)}
     return out

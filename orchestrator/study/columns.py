@@ -90,6 +90,11 @@ EPOCH: tuple[Column, ...] = (
     Column("decode_s", "s", "the hook's decoding per step; overlaps the step when overlap is on",
            steps="median", ranks="max", epochs="median"),
     Column("bytes_sent", "bytes", "bytes one rank sends per step", steps="mean", ranks="mean", epochs="median"),
+    Column("bytes_intra", "bytes", "of bytes_sent, what went to ranks on the same host (a ring's to the next rank, "
+           "the others' to each rank alike; the hierarchical algorithm's inside the host)",
+           steps="mean", ranks="mean", epochs="median"),
+    Column("bytes_inter", "bytes", "of bytes_sent, what crossed to other hosts (hosts: Ray's nodes, torchrun's "
+           "groups)", steps="mean", ranks="mean", epochs="median"),
     Column("cpu_steal_share", "share", "share of the machine's CPU time a hypervisor gave to other guests during "
            "the epoch's steps (0 on bare metal; empty without /proc/stat): a noisy neighbour",
            ranks="max", epochs="median"),
@@ -165,7 +170,7 @@ TRIAL: tuple[Column, ...] = (
            "trial on an emulated cluster, from the folder's one-worker trials and the calibrated link; empty "
            "elsewhere"),
     *(column(name) for name in ("compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
-                                "samples_per_s", "bytes_sent", "compression_ratio", "cpu_steal_share",
+                                "samples_per_s", "bytes_sent", "bytes_intra", "bytes_inter", "compression_ratio", "cpu_steal_share",
                                 "cpu_idle_share")),
     Column("parameters", "", "the model's parameter count (empty for a trial that failed before training)"),
     Column("grad_bytes_fp32", "bytes", "the model's gradient bytes in fp32"),

@@ -22,8 +22,8 @@ A record is ``{"trial_id", "name", "settings", "status", "reason", "history",
 finish "ok", ``history`` holds the per-epoch metrics the training loop reported
 in its last attempt (``attempts`` counts the starts of the trial's workers: a
 restart under ``max_failures`` begins the epochs again), ``worker_node_ips`` the
-node of each rank, ``link`` the emulated links (hosts, bandwidth, calibrated
-rate; None off an emulated cluster), ``traceback`` the error of a trial that raised (None
+node of each rank, ``link`` the emulated links (hosts, workers_per_host, bandwidth,
+calibrated rate; None off an emulated cluster), ``traceback`` the error of a trial that raised (None
 otherwise). The records are the source of truth: every table and plot is rebuilt from them, and
 ``--resume`` skips the trial ids they hold.
 """

@@ -12,11 +12,13 @@ Results are written as trials finish, by a Tune callback: a record per trial
 were running; ``resume=True`` runs only the trials without a record.
 
 On an emulated cluster (orchestrator.cluster.emulation; this driver then runs in its
-host 0) each worker asks for one ``emu_host``, so a trial's workers sit on
-different hosts; every bandwidth the trials need is calibrated before the first
-trial, and each trial re-shapes the links to its bandwidth before its workers
-start. Its workers share this machine's cores: each gets cores / hosts torch
-threads (at least one), whatever the trial's number of workers.
+host 0) each worker asks for one ``emu_host``, of which a host has
+``workers_per_host``, so a trial's workers fill hosts (Ray Train packs them; the
+ranks of a host are consecutive); every bandwidth the trials need is calibrated
+before the first trial, and each trial re-shapes the links to its bandwidth
+before its workers start. Its workers share this machine's cores: each gets
+cores / (hosts x workers_per_host) torch threads (at least one), whatever the
+trial's number of workers.
 """
 
 from __future__ import annotations
@@ -169,6 +171,7 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
             "storage_path": str(results / "ray" / f"train-{stamp}"),
             "cwd": os.getcwd(),  # relative data_dir values are relative to where the sweep was started
             "emulation": None if emulation is None else {"prefix": emulation.prefix, "hosts": emulation.hosts,
+                                                          "workers_per_host": emulation.workers_per_host,
                                                           "cpu_count": os.cpu_count()},
         }
         progress.note(f"running {len(todo)} trial(s) of {sweep.name}; results in {results}")
@@ -455,9 +458,10 @@ def _run_trial(config: dict[str, Any]) -> None:
     threads = None
     if run["emulation"] is not None:
         resources[HOST_RESOURCE] = 1
-        # An emulated host is a fixed share of this machine's cores, whatever the trial's worker count:
-        # a one-worker trial then measures the device every host of a larger trial has.
-        threads = max(1, run["emulation"]["cpu_count"] // run["emulation"]["hosts"])
+        # A worker slot is a fixed share of this machine's cores, whatever the trial's worker count:
+        # a one-worker trial then measures the device every worker of a larger trial has.
+        slots = run["emulation"]["hosts"] * run["emulation"]["workers_per_host"]
+        threads = max(1, run["emulation"]["cpu_count"] // slots)
         _shape_for(trial, run["emulation"]["prefix"])
     problem = placement_problem(trial["num_workers"], resources, _node_resources())
     if problem:
@@ -646,8 +650,10 @@ def _link(emulation: Cluster | None, trial: dict[str, Any]) -> dict[str, Any] | 
         return None
     rate = trial["bandwidth"] or emulation.bandwidth
     calibration = emulation.calibrations.get(rate, {})
-    return {"hosts": emulation.hosts, "bandwidth": rate, "calibrated_bps": calibration.get("measured_bps"),
-            "calibrated_latency_s": calibration.get("latency_s")}
+    return {"hosts": emulation.hosts, "workers_per_host": emulation.workers_per_host, "bandwidth": rate,
+            "calibrated_bps": calibration.get("measured_bps"), "calibrated_latency_s": calibration.get("latency_s"),
+            # what the links carried unshaped: the rate between the workers of one host is of its order
+            "unshaped_bps": emulation.calibrations.get("unshaped", {}).get("measured_bps")}
 
 
 def _error_text(trial: Any) -> str:

@@ -31,6 +31,7 @@ import compressors
 import workloads
 
 from . import columns
+from ..cluster.emulation import MAX_WORKERS_PER_HOST
 from compressors.core.params import NAMES, RATE, SEED, Param
 
 # The most trials a sweep may expand to: each is a dict in memory and a record on disk, and a grid of
@@ -72,8 +73,11 @@ CLUSTER: tuple[Param, ...] = (
 )
 
 EMULATE: tuple[Param, ...] = (
-    Param("hosts", None, int, low=2, high=64, doc="required: emulated hosts, one Ray node and at most one worker "
-                                                   "of a trial each"),
+    Param("hosts", None, int, low=2, high=64, doc="required: emulated hosts, one Ray node each"),
+    Param("workers_per_host", 1, int, low=1, high=MAX_WORKERS_PER_HOST,
+          doc="worker slots of each host, as a node has GPUs: a trial's num_workers is at most hosts x "
+              "workers_per_host, Ray packs its workers onto as few hosts as hold them, and the workers of one "
+              "host talk to each other unshaped"),
     Param("bandwidth", None, RATE, nullable=True,
           doc="each link's rate each way, as tc writes it; required here unless bandwidth is a sweep axis"),
 )
@@ -130,6 +134,10 @@ _TRAINING: tuple[Param, ...] = (
               "null: a tenth of an epoch's steps, rounded up. Every epoch also ends with an evaluation"),
     Param("eval_samples", None, int, low=1, nullable=True,
           doc="test samples each evaluation uses, the first this many of the test set (null: all of it)"),
+    Param("intra", None, str, choices=compressors.INTRA_DTYPES, nullable=True,
+          doc="algorithm hierarchical: the precision gradients travel in inside a host (null: fp32)"),
+    Param("inter", None, str, choices=compressors.INTER_ALGORITHMS, nullable=True,
+          doc="algorithm hierarchical: how the compressed chunks are averaged across hosts (null: sra)"),
     Param("min_compress_numel", 1024, int, low=0, doc="smaller tensors travel uncompressed in one fp32 all_reduce"),
     Param("overlap", True, bool,
           doc="hooks return their futures unwaited, so DDP overlaps communication with backward; false: each "
@@ -182,7 +190,7 @@ def compressor_param_names() -> tuple[str, ...]:
 def algorithms(compressor: str) -> tuple[str, ...]:
     """What a study may choose: the casts stay on their native all_reduce; powersgd has nothing to choose."""
     if compressor in compressors.CASTS:
-        return ("allreduce",)
+        return ("allreduce", "hierarchical")
     if compressor == "powersgd":
         return ()
     return compressors.algorithms(compressor)
@@ -218,6 +226,9 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
         yield "impl", "cuda kernels run on GPUs: set use_gpu: true, or use impl: auto or numba on CPUs"
     if settings.get("impl") == "numba" and settings["use_gpu"]:
         yield "impl", "numba kernels run on CPUs: with use_gpu: true use impl: auto or cuda"
+    for key in ("intra", "inter"):
+        if settings.get(key) is not None and settings.get("algorithm") != "hierarchical":
+            yield key, f"{key} is a setting of algorithm hierarchical; unset it or set algorithm: hierarchical"
     algorithm = settings.get("algorithm")
     if algorithm is not None and algorithm not in algorithms(settings["compressor"]):
         valid = algorithms(settings["compressor"])

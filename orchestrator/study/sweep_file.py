@@ -389,12 +389,14 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         raise check.fail(top.lines["max_concurrent_trials"], "bandwidth is a sweep axis: the links are re-shaped "
                                                              "before each trial, so trials run one at a time; "
                                                              "set max_concurrent_trials: 1")
-    hosts = cluster["emulate"]["hosts"] if cluster["emulate"] else None
+    emulate = cluster["emulate"]
+    slots = emulate["hosts"] * emulate["workers_per_host"] if emulate else None
     for workers in axes.get("num_workers", []):
-        if hosts is not None and workers > hosts:
-            raise check.fail(sweep_map.lines["num_workers"], f"num_workers {workers} is more than the {hosts} "
-                                                             "emulated hosts (cluster.emulate.hosts): one worker "
-                                                             "per host")
+        if slots is not None and workers > slots:
+            raise check.fail(sweep_map.lines["num_workers"],
+                             f"num_workers {workers} is more than the {slots} workers the emulated cluster holds "
+                             f"(cluster.emulate: {emulate['hosts']} hosts x {emulate['workers_per_host']} "
+                             "workers_per_host)")
     trials = _expand(check, {**workload, "imports": top_settings["imports"]}, cluster, axes, entries, lines)
     return Sweep(name, path, cluster, top_settings["max_concurrent_trials"], trials)
 

@@ -38,6 +38,7 @@ import workloads
 from compressors.comm import accounting
 from compressors import ddp
 from compressors.comm.stats import StepStats
+from compressors.comm.topology import Topology, discover
 from compressors.ddp.step_clock import StepClock
 
 from . import columns, env_info, settings, stability
@@ -77,10 +78,11 @@ def _setup_distributed(config: dict[str, Any], threads: int | None) -> tuple[int
     return rank, world, device, made
 
 
-def _comm_hook(config: dict[str, Any], compressor: str, algorithm: str | None,
-               params: dict[str, Any], impl: str = "auto") -> Any:
+def _comm_hook(config: dict[str, Any], compressor: str, algorithm: str | None, params: dict[str, Any],
+               topology: Topology, impl: str = "auto") -> Any:
     return ddp.comm_hook(compressor, algorithm, min_compress_numel=config["min_compress_numel"],
-                         seed=config["seed"], impl=impl, overlap=config["overlap"], **params)
+                         seed=config["seed"], impl=impl, overlap=config["overlap"], topology=topology,
+                         intra=config["intra"] or "fp32", inter=config["inter"] or "sra", **params)
 
 
 def _plain_ddp(config: dict[str, Any]) -> bool:
@@ -223,6 +225,8 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
     model = workloads.build_model(config["model"], data.input_shape, data.num_classes,
                                   **settings.model_options_of(config)).to(device)
     summary = workloads.model_summary(model, config["min_compress_numel"])
+    # Which host each rank runs on: what crosses hosts (bytes_inter), and the hierarchical algorithm's levels.
+    topology = discover()
     sources = workloads.sources(config["model"], config["dataset"], config["imports"] or ())
 
     # DDP also with one worker: the compressor encodes and decodes every gradient, so its cost in
@@ -237,9 +241,9 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
         warm = main = plain
     else:
         plain = None
-        main = _comm_hook(config, config["compressor"], config["algorithm"], config["compressor_params"],
+        main = _comm_hook(config, config["compressor"], config["algorithm"], config["compressor_params"], topology,
                           config["impl"])
-        warm = _comm_hook(config, "fp32", None, {})
+        warm = _comm_hook(config, "fp32", None, {}, topology)
         switch = ddp.HookSwitch(warm if config["warmup_epochs"] > 0 else main, clock)
         switch.register(model, [warm, main])
     optimizer = _optimizer(config, params)
@@ -290,6 +294,10 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
                 if columns.reached(target[0], tested[target[0]], target[1]):
                     reached_at, reached_step = train_time + elapsed, global_step
         stats = hook.history[first_stat:]
+        # A Reducer counts what crossed hosts; PyTorch's hooks and plain DDP run ring all_reduces, whose
+        # bytes go to the next rank.
+        counted = isinstance(hook, ddp.ReducerHookState)
+        inter = [s.bytes_inter if counted else s.bytes_sent * topology.inter_share_ring(rank) for s in stats]
         end_ticks = env_info.cpu_ticks()
         # Per step: its time, compute = time - exposed communication, and the hook's own phases.
         per_step = {
@@ -297,6 +305,7 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             "compute_s": [t - x for t, x in zip(step_times, exposed)], "exposed_comm_s": exposed,
             "encode_s": [s.encode_s for s in stats], "comm_s": [s.comm_s for s in stats],
             "decode_s": [s.decode_s for s in stats], "bytes_sent": [s.bytes_sent for s in stats],
+            "bytes_intra": [s.bytes_sent - x for s, x in zip(stats, inter)], "bytes_inter": inter,
         }
         local = columns.over_steps(per_step)
         local["cpu_steal_share"] = env_info.steal_share(ticks, end_ticks)

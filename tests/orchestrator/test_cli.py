@@ -170,9 +170,23 @@ def test_a_joined_emulated_cluster_refuses_a_rate_its_links_cannot_carry_before_
 
     sweep = load_sweep(write(tmp_path, HEADER + "sweep: {bandwidth: [100mbit, 10gbit]}\n"))
     carried = {"unshaped": {"measured_bps": 2e9}}
-    cluster = SimpleNamespace(hosts=2, calibrations=carried,
+    cluster = SimpleNamespace(hosts=2, workers_per_host=1, calibrations=carried,
                               rate_problem=lambda rate: Cluster.rate_problem(SimpleNamespace(calibrations=carried), rate))
     assert _emulation_problem(sweep, cluster, None).startswith("this machine cannot emulate 10gbit: unshaped, "
                                                                "its links carried only 2")
     sweep = load_sweep(write(tmp_path, HEADER + "sweep: {bandwidth: [100mbit]}\n", "ok.yaml"))
     assert _emulation_problem(sweep, cluster, None) is None
+
+
+def test_a_joined_emulated_cluster_holds_hosts_times_workers_per_host_workers(tmp_path):
+    from types import SimpleNamespace
+
+    from orchestrator.cli import _emulation_problem
+    from orchestrator.study.sweep_file import load_sweep
+
+    cluster = SimpleNamespace(hosts=2, workers_per_host=2, calibrations={}, rate_problem=lambda rate: None)
+    fits = load_sweep(write(tmp_path, HEADER + "sweep: {num_workers: [2, 4]}\n", "fits.yaml"))
+    assert _emulation_problem(fits, cluster, None) is None
+    more = load_sweep(write(tmp_path, HEADER + "sweep: {num_workers: [4, 5]}\n", "more.yaml"))
+    assert _emulation_problem(more, cluster, None) == ("num_workers 5 is more than the 4 workers the emulated cluster "
+                                                       "holds (2 hosts x 2 workers per host)")

@@ -46,9 +46,10 @@ def test_registered_with_their_wire_ids_and_feedback():
 
 def test_algorithms_per_method():
     for name in ("fp32", "fp16", "bf16"):
-        assert C.algorithms(name) == ("allreduce", "allgather", "sra") and C.default_algorithm(name) == "allreduce"
+        assert C.algorithms(name) == ("allreduce", "allgather", "sra", "hierarchical")
+        assert C.default_algorithm(name) == "allreduce"
     for name in ("dynamic8", "linear8", "qsgd", "onebit", "adaptive", "topk"):
-        assert C.algorithms(name) == ("allgather", "sra") and C.default_algorithm(name) == "sra"
+        assert C.algorithms(name) == ("allgather", "sra", "hierarchical") and C.default_algorithm(name) == "sra"
     assert C.algorithms("powersgd") == ("powersgd",) and C.default_algorithm("powersgd") == "powersgd"
     with pytest.raises(ValueError, match="unknown compressor 'nope'"):
         C.algorithms("nope")

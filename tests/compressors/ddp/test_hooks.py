@@ -19,7 +19,7 @@ def test_invalid_hooks_name_the_valid_choices():
         ddp.comm_hook("powersgd", bits=4)
     with pytest.raises(ValueError, match="unknown compressor 'nosuch'.*powersgd"):
         ddp.comm_hook("nosuch")
-    with pytest.raises(ValueError, match=r"valid: \['allgather', 'sra'\]"):
+    with pytest.raises(ValueError, match=r"valid: \['allgather', 'sra', 'hierarchical'\]"):
         ddp.comm_hook("qsgd", "allreduce")
 
 

@@ -2,16 +2,18 @@
 input, what its state file lets `down` touch, what `shape` records when it fails (any user: the
 namespaces are stand-in files, the kernel calls recorded); links, Ray and a trial (root).
 
-The root tests bring up 2 hosts at 100mbit under their own prefix and subnet
-(``lpt``, 198.18.7.0/24), so a cluster of the user's is left alone, run one
-sweep of two 2-worker trials through the command line and bring it down again
-(about 2 minutes on the 2-core development machine); and 2 hosts at 200kbit
-without Ray (``lpl``, 198.18.8.0/24) beside a namespace made by hand. The network's names:
+The root tests bring up 2 hosts of 2 workers each at 100mbit under their own prefix
+and subnet (``lpt``, 198.18.7.0/24), so a cluster of the user's is left alone, run
+through the command line a 2-worker trial spread over both hosts and a 4-worker
+trial that fills them, and bring it down again (about 3 minutes on the 2-core
+development machine); and 2 hosts at 200kbit without Ray (``lpl``, 198.18.8.0/24)
+beside a namespace made by hand. The network's names:
 test_netns.py; an emulated cluster's sweep-file settings: tests/orchestrator/study/test_sweep_file.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -26,6 +28,7 @@ from compressors.core.params import rate_bps
 from orchestrator import cli
 from orchestrator.cluster import calibrate, emulation, netns
 from orchestrator.cluster.netns import NetworkError
+from orchestrator.study.records import read_records
 from tests.helpers import ROOT, write
 
 
@@ -142,6 +145,27 @@ def test_a_refused_sweep_start_leaves_the_running_sweeps_cluster_alone(state_roo
     assert emulation.load(emulation.SWEEP_PREFIX).owner_pid == running and touched == []
 
 
+def test_a_sweeps_own_cluster_gets_its_workers_per_host(state_root, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(emulation.ENV_VAR, raising=False)
+    asked = []
+
+    def refused(hosts, bandwidth, **options):
+        asked.append((hosts, bandwidth, options["workers_per_host"]))
+        raise NetworkError("cannot emulate a cluster here: stand-in")
+
+    monkeypatch.setattr(emulation, "up", refused)
+    path = write(tmp_path, "name: emu\nworkload: {target_accuracy: 0.5, epochs: 1}\nbaselines: false\n"
+                           "cluster: {emulate: {hosts: 2, workers_per_host: 2, bandwidth: 1gbit}}\n"
+                           "sweep: {num_workers: 4, compressor: [fp32]}\n")
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        assert cli.main(["run", str(path), "--results", str(tmp_path / "results")]) == 1
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert asked == [(2, "1gbit", 2)]
+    assert capsys.readouterr().err == "error: cannot emulate a cluster here: stand-in\n"
+
+
 def test_calibration_transfers_take_at_most_two_seconds_at_the_rate():
     """1 MiB three times at 200kbit took minutes and hit the calibration's 120 s timeout."""
     sizes = {rate: calibrate.buffer_bytes(rate) for rate in ("8kbit", "200kbit", "4mbit", "10mbit", "100mbit")}
@@ -194,6 +218,10 @@ def test_shape_refuses_a_rate_the_unshaped_links_could_not_carry_as_up_does(stat
 @pytest.mark.parametrize("argv, status, message", [
     (["up", "--hosts", "1", "--bandwidth", "1gbit"], 2, "--hosts must be an int in [2, 64], got 1"),
     (["up", "--hosts", "251", "--bandwidth", "1gbit"], 2, "--hosts must be an int in [2, 64], got 251"),
+    (["up", "--hosts", "2", "--bandwidth", "1gbit", "--workers_per_host", "0"], 2,
+     "--workers_per_host must be an int in [1, 16], got 0"),
+    (["up", "--hosts", "2", "--bandwidth", "1gbit", "--workers_per_host", "17"], 2,
+     "--workers_per_host must be an int in [1, 16], got 17"),
     (["up", "--hosts", "2", "--bandwidth", "fast"], 2, f"--bandwidth {RATE_RULE}, got 'fast'"),
     (["up", "--hosts", "2", "--bandwidth", "7kbit"], 2, f"--bandwidth {RATE_RULE}, got '7kbit'"),
     (["up", "--hosts", "2", "--bandwidth", "1gbit", "--subnet", "10.0.0"], 2,
@@ -223,7 +251,40 @@ def test_exec_refuses_a_prefix_after_the_host_number(argv, state_root, capsys, m
                                               "before it (lowprec cluster exec --prefix P I CMD ...)")
 
 
-# ---------------------------------------------------------------- root: links, Ray, one sweep
+def test_up_refuses_workers_per_host_out_of_range_before_anything_is_made(state_root, monkeypatch):
+    monkeypatch.setattr(netns, "problem", lambda: None)
+    monkeypatch.setattr(netns.Network, "create", lambda network, made: pytest.fail("namespaces were made"))
+    for count in (0, 17):
+        with pytest.raises(ValueError, match=rf"^workers_per_host must be in \[1, 16\], got {count}$"):
+            emulation.up(2, "1gbit", workers_per_host=count, prefix="qaz", subnet="198.18.7")
+    assert not (state_root / "qaz").exists()
+
+
+def test_each_hosts_ray_node_offers_workers_per_host_slots_and_a_cpu_for_each(state_root, monkeypatch):
+    cluster = recorded("qaz", 2, {}, workers_per_host=3)
+    started = []
+    monkeypatch.setattr(emulation, "_ray_binary", lambda: "ray")
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kwargs: started.append(argv) or
+                        subprocess.CompletedProcess(argv, 0, "", ""))
+    emulation._start_ray(cluster)
+    offered = [(argv[argv.index("--num-cpus") + 1], argv[argv.index("--resources") + 1]) for argv in started]
+    assert [argv[3] for argv in started] == ["qaz-h0", "qaz-h1"]
+    # the head's one more CPU is for the Tune trial functions
+    assert offered == [("4", '{"emu_host": 3}'), ("3", '{"emu_host": 3}')]
+
+
+def test_the_state_and_what_a_results_folder_records_name_workers_per_host(state_root):
+    cluster = recorded("qaz", 2, {}, workers_per_host=2)
+    assert emulation.load("qaz").workers_per_host == 2
+    assert cluster.summary()["workers_per_host"] == 2
+    assert "2 hosts, links 1gbit each way, 2 worker(s) per host" in emulation.status("qaz")
+    # a state file written before hosts had several workers: one each
+    state = state_root / "qaz" / "state.json"
+    state.write_text(state.read_text().replace('"workers_per_host": 2,', ""))
+    assert "workers_per_host" not in state.read_text() and emulation.load("qaz").workers_per_host == 1
+
+
+# ---------------------------------------------------------------- root: links, Ray, two trials
 
 root_only = pytest.mark.skipif(netns.problem() is not None,
                                reason=f"the emulated cluster needs root, ip and tc: {netns.problem()}")
@@ -233,7 +294,7 @@ PREFIX, SUBNET = "lpt", "198.18.7"
 @pytest.fixture(scope="module")
 def cluster():
     emulation.down(PREFIX, log=lambda _: None)  # one a crashed run of these tests left behind
-    up = emulation.up(2, "100mbit", prefix=PREFIX, subnet=SUBNET, log=lambda _: None)
+    up = emulation.up(2, "100mbit", workers_per_host=2, prefix=PREFIX, subnet=SUBNET, log=lambda _: None)
     try:
         yield up
     finally:
@@ -250,7 +311,7 @@ def test_calibration_measures_the_shaped_rate(cluster):
     assert 0 < measured["latency_s"] < 0.01, measured
     assert cluster.calibrations["unshaped"]["measured_bps"] > 3e8
     status = emulation.status(PREFIX)
-    assert "2 hosts, links 100mbit each way" in status and "rate 100Mbit" in status
+    assert "2 hosts, links 100mbit each way, 2 worker(s) per host" in status and "rate 100Mbit" in status
 
 
 @pytest.mark.slow
@@ -265,10 +326,12 @@ def test_exec_runs_in_the_named_host(cluster):
 @root_only
 def test_a_two_worker_trial_runs_on_two_hosts_at_the_links_rate(cluster, tmp_path):
     sweep = tmp_path / "sweep.yaml"
+    # More than half of a host's 2 CPUs (the head's 3) per worker: one worker per host, so the two talk over
+    # the shaped link (packed, Ray would put both on one host).
     sweep.write_text(textwrap.dedent("""\
         name: emu-root
         workload: {model: mlp, width: 512, depth: 2, epochs: 1, max_steps_per_epoch: 4, target_accuracy: 0.5}
-        cluster: {cpus_per_worker: 0.49}
+        cluster: {cpus_per_worker: 1.6}
         sweep: {num_workers: 2, bandwidth: 100mbit, compressor: fp16}
         baselines: false
         """))
@@ -289,6 +352,33 @@ def test_a_two_worker_trial_runs_on_two_hosts_at_the_links_rate(cluster, tmp_pat
     assert trial["comm_s"] >= 0.7 * trial["bytes_sent"] * 8 / rate_bps("100mbit")
     environment = (results / "environment.json").read_text()
     assert '"emulation"' in environment and '"100mbit"' in environment
+
+
+@pytest.mark.slow
+@root_only
+def test_a_four_worker_trial_puts_two_workers_on_each_host(cluster, tmp_path):
+    """Ray Train packs a trial's workers onto hosts (PACK) and numbers the ranks of a host consecutively."""
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(textwrap.dedent("""\
+        name: emu-hosts
+        workload: {model: mlp, width: 8, depth: 1, dataset: synthetic, epochs: 1, max_steps_per_epoch: 3,
+                   target_accuracy: 0.1}
+        sweep: {num_workers: 4, compressor: fp32}
+        baselines: false
+        """))
+    results = tmp_path / "results"
+    env = {**os.environ, "HOME": str(tmp_path)}  # no ~/.ray token of the user's
+    done = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(sweep), "--results", str(results),
+                           "--address", cluster.address], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (record,) = read_records(results)
+    assert record["status"] == "ok"
+    ips = record["worker_node_ips"]
+    assert ips.count(f"{SUBNET}.1") == 2 and ips.count(f"{SUBNET}.2") == 2, ips
+    assert ips[0] == ips[1] and ips[2] == ips[3], ips
+    assert record["link"]["workers_per_host"] == 2
+    assert json.loads((results / "environment.json").read_text())["emulation"]["workers_per_host"] == 2
 
 
 @pytest.mark.slow

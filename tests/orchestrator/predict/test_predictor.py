@@ -3,6 +3,7 @@ here (records and trials.csv as `lowprec run` writes them): DDP's buckets, the o
 inputs, emulated clusters' links and shared cores, device scales, latencies and the busy machine's floor;
 steps to the target and accuracy from the trials, the cache of what is measured here, advise's exclusions,
 the predictions' file names.
+Clusters of multi-worker hosts: the hierarchical algorithm's traffic and plan, its rows, the CLI's refusals.
 What shared hosts cost (orchestrator/predict/sharing.py) is tested here too, as the predictor takes it.
 The model's formulas: test_perfmodel.py."""
 from __future__ import annotations
@@ -242,12 +243,13 @@ def test_a_step_counts_the_messages_that_pay_a_latency():
     buckets = [(0.001, 0.0, 0.0, [("ring", 40), ("all_to_all", 1000), ("all_gather", 1000)]),
                (0.002, 0.0, 0.0, [("ring", 0), ("all_to_all", 2000), ("all_gather", 2000)])]
     step = predictor.Plan(0.001, 0.002, 0.001, buckets, 0.0, 0.0, overlap=False)
-    idle = predictor.predict_step(step, 4, perfmodel.Link(1e6), 1e9)
-    busy = predictor.predict_step(step, 4, perfmodel.Link(1e6, latency=1e-3), 1e9)
+    idle = predictor.predict_step(step, perfmodel.Cluster.flat(4, perfmodel.Link(1e6)), 1e9)
+    busy = predictor.predict_step(step, perfmodel.Cluster.flat(4, perfmodel.Link(1e6, latency=1e-3)), 1e9)
     assert idle["messages"] == busy["messages"] == 6 + 3 + 3 + 3 + 3
     assert busy["comm_s"] == pytest.approx(idle["comm_s"] + 18e-3, rel=1e-12)
     assert busy["predicted_step_time_s"] == pytest.approx(idle["predicted_step_time_s"] + 18e-3, rel=1e-12)
-    assert predictor.predict_step(step, 1, perfmodel.Link(1e6, latency=1e-3), 1e9)["messages"] == 0
+    assert predictor.predict_step(step, perfmodel.Cluster.flat(1, perfmodel.Link(1e6, latency=1e-3)),
+                                  1e9)["messages"] == 0
 
 
 def test_sharing_measured_in_trials_gives_device_scales_and_a_latency_under_load(tmp_path, monkeypatch):
@@ -675,3 +677,135 @@ def test_predictions_that_cannot_be_saved_are_refused_before_any_work(tmp_path, 
     assert cli.main(["predict", str(folder / "trials.csv"), "--bandwidth", "1gbit", "--num_workers", "4"]) == 2
     assert capsys.readouterr().err == (f"error: {folder / 'trials.csv'} is not a folder (a results folder of "
                                        "`lowprec run`)\n")
+
+
+# 2 hosts x 2 workers: 100 Mbit/s (12.5 MB/s) and 1 ms per message between hosts, 2400 Gbit/s (300 GB/s) inside one
+TWO_BY_TWO = perfmodel.Cluster(2, 2, perfmodel.Link(12.5e6, 1e-3), perfmodel.Link(3e11))
+
+
+def test_hierarchical_traffic_of_a_1mb_bucket():
+    sra = predictor.Configuration("qsgd", {**SETTINGS, **QSGD}, 0.008, 0.002, 0.001, 0.0)
+    tiered = predictor.hierarchical(sra)
+    assert (tiered.settings["algorithm"], tiered.settings["intra"]) == ("hierarchical", "fp32")
+    assert tiered.label == "qsgd bits=4 algorithm=hierarchical" and tiered.key != sra.key
+    codec = predictor.compressors.get("qsgd", bits=4)
+    assert codec.payload_nbytes((125, 500)) == 31798  # qsgd's 4 bits of 62500 entries, its norms and header
+    # a 1 MB tensor (500 x 500 fp32) and a small one (10 entries: the fused fp32 ring, 40 B). Hierarchical: the
+    # host's reduce-scatter of 1 MB and all_gather of 500 kB halves (rows 0-249, 250-499); across the hosts, each
+    # local rank's sra of its half: 125 rows to each host, one chunk sent, one gathered
+    shapes = [(10,), (500, 500)]
+    assert predictor.bucket_traffic(tiered, shapes, 4, 2) == [
+        ("ring", 40), ("intra_reduce_scatter", 1e6), ("inter_all_to_all", 31798), ("inter_all_gather", 31798),
+        ("intra_all_gather", 5e5)]
+    # flat sra: 4 chunks of 125 rows, 3 sent, 1 gathered from each rank
+    assert predictor.bucket_traffic(sra, shapes, 4) == [("ring", 40), ("all_to_all", 3 * 31798),
+                                                        ("all_gather", 31798)]
+    ring = 6e-3 + 1.5 * 40 / 12.5e6 + 0.75 * 40 / 1e9  # the small tensors' ring crosses hosts
+    hier = predictor.comm_s(predictor.bucket_traffic(tiered, shapes, 4, 2), TWO_BY_TWO, 1e9)
+    assert hier == pytest.approx(ring + 0.5e6 / 3e11 + 0.5e6 / 1e9 + 2 * (1e-3 + 31798 / 12.5e6) + 5e5 / 3e11,
+                                 rel=1e-12)
+    # flat: what goes to the other host (2/3 of the all_to_all, 2 of the 3 gathered chunks) sets the pace
+    flat = predictor.comm_s(predictor.bucket_traffic(sra, shapes, 4), TWO_BY_TWO, 1e9)
+    assert flat == pytest.approx(ring + 2 * (2e-3 + 2 * 31798 / 12.5e6), rel=1e-12)
+    # a one-row tensor goes whole to one local rank (by its key), then whole to one host: that rank is the
+    # busiest, and sends the other host an empty chunk (its header: 48 B) in its all_to_all
+    whole, empty = codec.payload_nbytes((2000,)), codec.payload_nbytes((0,))
+    assert empty == 48
+    assert predictor.bucket_traffic(tiered, [(2000,)], 4, 2) == [
+        ("ring", 0), ("intra_reduce_scatter", 8000), ("inter_all_to_all", empty), ("inter_all_gather", whole),
+        ("intra_all_gather", 4000)]
+
+
+def test_one_worker_per_host_makes_hierarchical_the_flat_sra_bit_for_bit():
+    sra = predictor.Configuration("qsgd", {**SETTINGS, **QSGD, "min_compress_numel": 100}, 0.008, 0.002, 0.001, 0.0)
+    link = perfmodel.Link(1e6 / 3, 1.7e-5)
+    for p in (1, 2, 3, 4):
+        for overlap in (True, False):
+            flat = predictor.plan(sra, PROFILE, 0.008, p, overlap)
+            tiered = predictor.plan(predictor.hierarchical(sra), PROFILE, 0.008, p, overlap, workers_per_host=1)
+            # the intra link carries nothing: any will do
+            cluster = perfmodel.Cluster(p, 1, link, perfmodel.Link(7.0, 3.0))
+            assert predictor.predict_step(tiered, cluster, 1.1e9) == \
+                predictor.predict_step(flat, perfmodel.Cluster.flat(p, link), 1.1e9)
+
+
+def test_predict_on_hosts_of_several_workers_adds_the_hierarchical_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    folder = study(tmp_path, [({}, [{"steps_to_target": 50.0}]),
+                              ({"compressor": "fp16"}, [{"steps_to_target": 50.0}]),
+                              (QSGD, [{"steps_to_target": 40.0, "accuracy_delta": -0.002}])])
+    table = pd.read_csv(folder / "trials.csv")
+    table.loc[table["trial_id"] == "t4", ["encode_s", "decode_s"]] = [0.002, 0.001]  # qsgd's one-worker trial
+    table.to_csv(folder / "trials.csv", index=False)
+    one, _ = predictor.predict(folder, 8e6, 4, 1e-3)
+    assert list(one["configuration"]) == ["fp32", "fp16", "qsgd"]
+    # one worker per host is the one-link model, whatever the intra link
+    pd.testing.assert_frame_equal(predictor.predict(folder, 8e6, 4, 1e-3, workers_per_host=1,
+                                                    intra_bandwidth_bps=8.0)[0].drop(columns="intra_bandwidth_bps"),
+                                  one.drop(columns="intra_bandwidth_bps"), check_exact=True)
+    table, notes = predictor.predict(folder, 8e6, 4, 1e-3, workers_per_host=2, intra_bandwidth_bps=2.4e12)
+    assert list(table["configuration"]) == ["fp32", "fp16", "qsgd", "qsgd hierarchical"]
+    assert list(table["algorithm"]) == ["allreduce", "allreduce", "sra", "hierarchical"]
+    assert set(table["workers_per_host"]) == {2} and set(table["intra_bandwidth_bps"]) == {2.4e12}
+    assert notes[0] == ("hierarchical: no such trial was run; each row is its sra configuration's codec on 1/2 of "
+                        "each bucket, with the steps to target and accuracy of its flat sra trials")
+    fp32, _, qsgd, tiered = (table.iloc[i] for i in range(4))
+    # fp32's ring (2372 floats) crosses hosts at 1 MB/s: 6 messages of 1 ms, 1.5 x 9488 B, 0.75 x 9488 B summed
+    assert fp32["comm_s"] == pytest.approx(6e-3 + 1.5 * 9488 / 1e6 + 0.75 * 9488 / 1e9, rel=1e-12)
+    # the codec on half the elements, its sra among 2 hosts: encode (1 + 1/2) / 2 / 2, decode / 2
+    assert (tiered["encode_s"], tiered["decode_s"]) == (pytest.approx(0.002 * 0.375), pytest.approx(0.0005))
+    assert qsgd["encode_s"] == pytest.approx(0.002 * 0.625)  # flat sra over 4
+    # the outcome is the flat sra trials': 50 / 40 steps, -0.2 points
+    assert (tiered["steps_ratio_vs_fp32"], tiered["accuracy_delta_points"], tiered["reached_target"]) == \
+        (1.25, -0.2, True)
+    assert tiered["tta_speedup_vs_fp32"] == pytest.approx(1.25 * tiered["speedup_vs_fp32"], rel=1e-15)
+    assert tiered["comm_s"] < qsgd["comm_s"]  # half the bytes cross hosts
+    assert predictor.advice(table, 0.5).splitlines()[0].startswith("qsgd hierarchical: ")
+    with pytest.raises(ValueError, match=r"^workers_per_host must be in \[1, 4\] and divide num_workers \(4\), "
+                                         r"got 3$"):
+        predictor.predict(folder, 8e6, 4, 1e-3, workers_per_host=3)
+
+
+def test_a_hierarchical_trial_is_no_input(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    folder = write_folder(tmp_path, [({}, ONE), ({**QSGD, "algorithm": "hierarchical"}, ONE)])
+    table, notes = predictor.predict(folder, 8e6, 4, 0.0, prof=PROFILE, workers_per_host=2)
+    assert list(table["configuration"]) == ["fp32"]
+    assert notes[0] == ("not predicted: qsgd bits=4 algorithm=hierarchical: a hierarchical trial is no input (one "
+                        "worker is one host: nothing is compressed); with --workers_per_host, each sra configuration "
+                        "is predicted hierarchical")
+
+
+def test_predict_cli_on_hosts_of_several_workers_and_its_refusals(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    folder = study(tmp_path, [({}, [{"steps_to_target": 50.0}]), (QSGD, [{"steps_to_target": 50.0}])])
+    argv = ["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]
+    for workers in ("0", "3", "8", "-2"):
+        assert cli.main([*argv, "--workers_per_host", workers]) == 2
+        out = capsys.readouterr()
+        assert (out.out, out.err) == ("", f"error: --workers_per_host must be in [1, 4] and divide num_workers (4), "
+                                          f"got {workers}\n")
+    for rate in ("0gbit", "10gibbit", "200000gbit", "4kbit", "nan"):
+        assert cli.main([*argv, "--workers_per_host", "2", "--intra_bandwidth", rate]) == 2
+        out = capsys.readouterr()
+        assert (out.out, out.err) == ("", f"error: --intra_bandwidth must be a rate from 8kbit to 100000gbit, like "
+                                          f"2400gbit, got {rate!r}\n")
+    assert not (folder / "predictions").exists()
+    assert cli.main(["advise", *argv[1:], "--workers_per_host", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("4 workers (2 hosts x 2, 2400gbit inside one), 1gbit links, 5us latency, overlap true, "
+                      "compute x1 (orchestrator.predict.perfmodel)")
+    assert [line.split()[0] for line in out[2:5]] == ["fp32", "qsgd", "qsgd"] and out[4].split()[1] == "hierarchical"
+    assert out[-1] == f"saved {folder / 'predictions' / '1gbit_2x2w_2400gbit-intra_5us_overlap-true_x1.csv'}"
+    assert cli.main([*argv, "--workers_per_host", "2", "--intra_bandwidth", "900GBit"]) == 0
+    saved = folder / "predictions" / "1gbit_2x2w_900gbit-intra_5us_overlap-true_x1.csv"
+    assert capsys.readouterr().out.splitlines()[-1] == f"saved {saved}"
+    table = pd.read_csv(saved)
+    assert list(table.columns) == predictor.COLUMNS
+    assert list(table["intra_bandwidth_bps"]) == [9e11] * 3 and list(table["workers_per_host"]) == [2] * 3
+    # one worker per host: the file of old, whatever --intra_bandwidth says
+    assert cli.main([*argv, "--intra_bandwidth", "900gbit"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        f"saved {folder / 'predictions' / '1gbit_4w_5us_overlap-true_x1.csv'}"

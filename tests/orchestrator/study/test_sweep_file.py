@@ -170,7 +170,7 @@ def test_emulate_sets_every_trials_bandwidth(tmp_path):
         cluster: {emulate: {hosts: 4, bandwidth: 100MBIT}}
         sweep: {num_workers: [2, 4], compressor: [fp32]}
         """))
-    assert sweep.cluster["emulate"] == {"hosts": 4, "bandwidth": "100mbit"}
+    assert sweep.cluster["emulate"] == {"hosts": 4, "workers_per_host": 1, "bandwidth": "100mbit"}
     assert [t["bandwidth"] for t in sweep.trials] == ["100mbit", "100mbit"]
 
 
@@ -193,15 +193,33 @@ def test_a_bandwidth_axis_names_the_trials_and_runs_them_one_at_a_time(tmp_path)
     ("cluster: {emulate: {hosts: 2, bandwidth: fast}}\n", 4, "bandwidth must be a rate from 8kbit to 100gbit"),
     ("cluster: {emulate: {hosts: 2, bandwidth: 1gbit}}\nsweep: {bandwidth: [1gbit]}\n", 5, "set in both"),
     ("cluster: {emulate: {hosts: 2, bandwidth: 1gbit}}\nsweep: {num_workers: [2, 3]}\n", 5,
-     "num_workers 3 is more than the 2 emulated hosts"),
+     r"num_workers 3 is more than the 2 workers the emulated cluster holds \(cluster.emulate: 2 hosts x 1 "
+     r"workers_per_host\)"),
+    ("cluster: {emulate: {hosts: 2, workers_per_host: 2, bandwidth: 1gbit}}\nsweep: {num_workers: [4, 5]}\n", 5,
+     r"num_workers 5 is more than the 4 workers the emulated cluster holds \(cluster.emulate: 2 hosts x 2 "
+     r"workers_per_host\)"),
+    ("cluster: {emulate: {hosts: 2, workers_per_host: 0, bandwidth: 1gbit}}\n", 4,
+     r"cluster.emulate.workers_per_host must be an int in \[1, 16\], got 0"),
+    ("cluster: {emulate: {hosts: 2, workers_per_host: 17, bandwidth: 1gbit}}\n", 4,
+     r"cluster.emulate.workers_per_host must be an int in \[1, 16\], got 17"),
     ("max_concurrent_trials: 2\ncluster: {emulate: {hosts: 2}}\nsweep: {bandwidth: [1gbit, 100mbit]}\n", 4,
      "trials run one at a time"),
     ("sweep: {bandwidth: [nanmbit]}\n", 4, r"sweep.bandwidth\[0\] must be a rate"),
 ])
 def test_emulation_mistakes_name_the_key_and_line(tmp_path, text, line, match):
+    path = _sweep(tmp_path, text)
     with pytest.raises(SweepFileError, match=match) as error:
-        load_sweep(_sweep(tmp_path, text))
-    assert error.value.line == line
+        load_sweep(path)
+    assert error.value.line == line and str(error.value).startswith(f"{path}:{line}: ")
+
+
+def test_workers_per_host_lets_a_trial_fill_the_hosts(tmp_path):
+    sweep = load_sweep(_sweep(tmp_path, """\
+        cluster: {emulate: {hosts: 2, workers_per_host: 2, bandwidth: 1gbit}}
+        sweep: {num_workers: [1, 2, 3, 4], compressor: [fp32]}
+        """))
+    assert sweep.cluster["emulate"] == {"hosts": 2, "workers_per_host": 2, "bandwidth": "1gbit"}
+    assert [t["num_workers"] for t in sweep.trials] == [1, 2, 3, 4]
 
 
 # ---------------------------------------------------------------- the shipped sweeps
@@ -229,7 +247,7 @@ def test_quickstart_is_the_twelve_trial_cpu_study():
 
 def test_bandwidth_study_crosses_six_methods_with_two_emulated_link_rates():
     sweep = load_sweep(ROOT / "sweeps" / "bandwidth.yaml")
-    assert sweep.cluster["emulate"] == {"hosts": 4, "bandwidth": None}
+    assert sweep.cluster["emulate"] == {"hosts": 4, "workers_per_host": 1, "bandwidth": None}
     assert sweep.max_concurrent_trials == 1
     assert {(t["compressor"], t["bandwidth"]) for t in sweep.trials} == {
         (c, b) for c in ("fp32", "fp16", "dynamic8", "qsgd", "onebit", "adaptive") for b in ("100mbit", "1gbit")}
