@@ -354,12 +354,9 @@ def hierarchical_compressed(tensors: list[torch.Tensor], keys: list[int], compre
                                                (hierarchy.inter[0], hierarchy.inter[-1]))
         else:
             across = yield from allgather_compressed(chunks, chunk_keys, compressor, ef, step, hierarchy.inter[:1])
-        stats.bytes_sent += across.bytes_sent
-        stats.bytes_inter += across.bytes_sent
-        stats.encode_s += across.encode_s
-        stats.comm_s += across.comm_s
-        stats.decode_s += across.decode_s
-        stats.comm_spans.extend(across.comm_spans)
+        across.bytes_inter = across.bytes_sent  # all of phase 2 crosses hosts
+        across.numel = 0  # its chunks are counted once, in this call's numel
+        stats += across
         phases.last = phases._now()
 
     # Phase 3: every local rank's averaged chunks to every rank of the host.

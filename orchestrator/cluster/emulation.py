@@ -3,7 +3,7 @@
 ``up`` makes the hosts (``orchestrator.cluster.netns``), calibrates the links
 (``orchestrator.cluster.calibrate``: unshaped, then at the bandwidth), and starts a Ray
 head in host 0 and one Ray node in each other host, one at a time (parallel
-starts race for the session's socket names). Every node offers ``workers_per_host``
+starts race for the socket names of Ray's session folder). Every node offers ``workers_per_host``
 units of the custom resource ``emu_host`` (a multi-GPU node's GPUs) and as many
 CPUs: a trial's workers ask for one unit each, so a host holds at most that many
 of them (without the cap Ray's packing would put every worker on one host and

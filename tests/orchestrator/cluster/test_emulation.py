@@ -322,6 +322,17 @@ def test_exec_runs_in_the_named_host(cluster):
     assert done.returncode == 0 and f"{SUBNET}.2/24" in done.stdout
 
 
+def _run_on(cluster, sweep: Path, tmp_path: Path) -> Path:
+    """``lowprec run`` of ``sweep`` on the emulated cluster; its results folder."""
+    results = tmp_path / "results"
+    env = {**os.environ, "HOME": str(tmp_path)}  # no ~/.ray token of the user's
+    done = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(sweep), "--results", str(results),
+                           "--address", cluster.address], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return results
+
+
 @pytest.mark.slow
 @root_only
 def test_a_two_worker_trial_runs_on_two_hosts_at_the_links_rate(cluster, tmp_path):
@@ -335,12 +346,7 @@ def test_a_two_worker_trial_runs_on_two_hosts_at_the_links_rate(cluster, tmp_pat
         sweep: {num_workers: 2, bandwidth: 100mbit, compressor: fp16}
         baselines: false
         """))
-    results = tmp_path / "results"
-    env = {**os.environ, "HOME": str(tmp_path)}  # no ~/.ray token of the user's
-    done = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(sweep), "--results", str(results),
-                           "--address", cluster.address], capture_output=True, text=True, cwd=ROOT, env=env,
-                          timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = _run_on(cluster, sweep, tmp_path)
     # One trial (each costs ~25 s of Ray start-up here): fp16's hook times its collectives, so its
     # communication shows the shaped rate; plain DDP's is not observable one by one.
     (trial,) = pd.read_csv(results / "trials.csv").to_dict("records")
@@ -366,12 +372,7 @@ def test_a_four_worker_trial_puts_two_workers_on_each_host(cluster, tmp_path):
         sweep: {num_workers: 4, compressor: fp32}
         baselines: false
         """))
-    results = tmp_path / "results"
-    env = {**os.environ, "HOME": str(tmp_path)}  # no ~/.ray token of the user's
-    done = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(sweep), "--results", str(results),
-                           "--address", cluster.address], capture_output=True, text=True, cwd=ROOT, env=env,
-                          timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = _run_on(cluster, sweep, tmp_path)
     (record,) = read_records(results)
     assert record["status"] == "ok"
     ips = record["worker_node_ips"]
