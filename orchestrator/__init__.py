@@ -3,7 +3,7 @@
 By subsystem, as the CLI (``cli``, ``lowprec``) names them:
 
 - ``study``: the settings schema, the sweep file, one trial's training loop,
-  the results columns, and running the trials on Ray Tune + Ray Train;
+  the results columns, and running the trials on Ray Tune;
 - ``results``: a results folder's tables, summary.md and plots;
 - ``cluster``: the emulated cluster (network namespaces, shaped links);
 - ``predict``: the performance model behind ``lowprec predict`` / ``advise``.

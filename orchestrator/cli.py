@@ -43,6 +43,7 @@ error, 2 a bad sweep file or usage.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import signal
@@ -368,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results, unfinished = run_sweep(sweep, results, address=args.address, resume=args.resume,
                                         max_concurrent_trials=args.max_concurrent_trials, emulation=inside,
-                                        refresh=export)
+                                        refresh=functools.partial(export, plots=False))
     except ResultsExist as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

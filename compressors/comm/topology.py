@@ -76,7 +76,7 @@ class Topology:
 
 
 def host_label() -> str:
-    """This process's host: Ray Train's NODE_RANK, torchrun's GROUP_RANK, else the host name."""
+    """This process's host: NODE_RANK (a sweep's workers, Ray Train's), torchrun's GROUP_RANK, else the host name."""
     for variable in ("NODE_RANK", "GROUP_RANK"):
         if os.environ.get(variable) is not None:
             return f"{variable}={os.environ[variable]}"

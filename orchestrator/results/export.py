@@ -38,10 +38,11 @@ from .tables import history_table, trials_table
 __all__ = ["export"]
 
 
-def export(results: Path) -> dict[str, Path]:
+def export(results: Path, plots: bool = True) -> dict[str, Path]:
     """Rebuild every table and plot of ``results`` from its trial records; returns the paths by name.
     Each file is replaced whole (orchestrator.study.records.atomic_path): where one cannot be written
-    (OSError), it and every file not written yet keep their old contents."""
+    (OSError), it and every file not written yet keep their old contents. ``plots=False``: the tables
+    only (a sweep refreshes them after each trial, and draws the plots at its end)."""
     records = read_records(results)
     history = history_table(records)
     trials = trials_table(records, history)
@@ -57,7 +58,7 @@ def export(results: Path) -> dict[str, Path]:
     with atomic_path(written["history.csv"]) as temporary:
         history.to_csv(temporary, index=False)
     title = sweep_name(results)
-    for path in write_plots(trials, history, results / "plots", title):
+    for path in write_plots(trials, history, results / "plots", title) if plots else ():
         written[f"plots/{path.name}"] = path
     figure = "plots/answer.png" if "plots/answer.png" in written else None
     write_atomic(written["summary.md"], summary_markdown(trials, title, figure))

@@ -13,20 +13,22 @@ _GAUGES = {
 }
 
 
+_made: dict[str, Any] = {}  # one Gauge per metric per process: a worker serves trial after trial
+
+
 class StepGauges:
     """``lowprec_<metric>`` gauges tagged with the sweep and trial names; set once per report."""
 
     def __init__(self, sweep: str, trial: str):
         from ray.util.metrics import Gauge
 
-        self._gauges = {}
+        self._tags = {"sweep": sweep, "trial": trial}
         for metric, description in _GAUGES.items():
-            gauge = Gauge(f"lowprec_{metric}", description=description, tag_keys=("sweep", "trial"))
-            gauge.set_default_tags({"sweep": sweep, "trial": trial})
-            self._gauges[metric] = gauge
+            if metric not in _made:
+                _made[metric] = Gauge(f"lowprec_{metric}", description=description, tag_keys=("sweep", "trial"))
 
     def update(self, metrics: dict[str, Any]) -> None:
-        for metric, gauge in self._gauges.items():
+        for metric in _GAUGES:
             value = metrics.get(metric)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                gauge.set(float(value))
+                _made[metric].set(float(value), tags=self._tags)

@@ -8,7 +8,7 @@ Layout of ``<results>/<sweep name>/``::
     trials/<trial_id>.json  one record per finished trial (written when it finishes)
     trials.csv, trials.parquet, history.csv, summary.md, plots/   (orchestrator.results.export)
     retired/<time>/       records of trials a resumed sweep no longer has, with the sweep file they ran from
-    ray/                  Ray Tune and Ray Train storage (logs, per-run state)
+    ray/                  Ray Tune's storage (logs, per-run state)
 
 A run writes only into a new or empty folder, or one that is a results folder of
 the same sweep (``folder_problem``): one holding ``.lowprec``, or a ``trials/``

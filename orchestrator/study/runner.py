@@ -1,10 +1,11 @@
-"""Run a sweep on Ray: one Tune trial per grid point, each a Ray Train TorchTrainer.
+"""Run a sweep on Ray: one Tune trial per grid point, each on a gang of train workers.
 
-Ray Train V2 (the default in Ray 2.60) cannot be given to a Tuner directly, so
-every Tune trial is a small function (``_run_trial``, ~0.01 CPU, in a process Tune
-reuses from trial to trial) that builds and fits a ``TorchTrainer``; its
-``TuneReportCallback`` forwards rank 0's reports to Tune. Each train worker runs
-``orchestrator.study.train_loop.train``.
+Every Tune trial is a small function (``orchestrator.study.trial.run_trial``, ~0.01 CPU, in a
+process Tune reuses from trial to trial) that takes ``num_workers`` worker processes from its pool
+(``orchestrator.study.gang``: workers outlive a trial and serve the next trial of the same shape, so
+a sweep of short trials does not spend its time starting processes), runs
+``orchestrator.study.train_loop.train`` on them in a process group of the trial's own, and passes
+rank 0's reports to Tune.
 
 Results are written as trials finish, by a Tune callback: a record per trial
 (orchestrator.study.records); the caller rebuilds the tables and plots from them
@@ -13,7 +14,7 @@ were running; ``resume=True`` runs only the trials without a record.
 
 On an emulated cluster (orchestrator.cluster.emulation; this driver then runs in its
 host 0) each worker asks for one ``emu_host``, of which a host has
-``workers_per_host``, so a trial's workers fill hosts (Ray Train packs them; the
+``workers_per_host``, so a trial's workers fill hosts (packed as Ray Train packs them; the
 ranks of a host are consecutive); every bandwidth the trials need is calibrated
 before the first trial, and each trial re-shapes the links to its bandwidth
 before its workers start. Its workers share this machine's cores: each gets
@@ -44,23 +45,12 @@ from compressors.core.params import rate_bps
 from . import env_info
 from .sweep_file import Sweep, training_settings
 from ..cluster.emulation import HEADROOM, HOST_RESOURCE, Cluster
-from .placement import placement_problem
 from .progress import Progress
 from .records import (atomic_path, claim, finished_ids, folder_problem, make_record, read_records, retire,
                       trials_dir, write_atomic, write_record)
 
-# On small machines each Ray Train report waits for the next health check (default 2 s).
-# Ray Train's PreemptionWatcher is one more actor process per trial (~2.5 CPU-s of imports, just as
-# the workers set up and start training) that only forewarns a training function of a node drain;
-# ours does not listen, and a preempted worker still counts against the preemption retry budget.
-_RAY_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 _OBJECT_STORE_BYTES = 256 * 1024**2  # trials exchange only metrics; keep local Ray small
-_TRIAL_CPUS = 0.01  # the Tune trial only waits on its TorchTrainer
 _JOIN_TIMEOUT_S = 10.0  # a cluster to join that accepts no connection in this long is not there
-
-
-class Unplaceable(RuntimeError):
-    """A trial's workers can never be placed on the cluster as it is."""
 
 
 class RayUnreachable(RuntimeError):
@@ -153,6 +143,8 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         import ray
         from ray import tune
 
+        from .trial import TRIAL_CPUS, run_trial  # imports Ray: only once _start_ray has set its environment
+
         logging.getLogger("ray.tune.execution.tune_controller").addFilter(_NoTrialTracebacks())
         logging.getLogger("ray.tune.tune").addFilter(_NoTuneResumeAdvice())
         environment = env_info.collect()
@@ -168,23 +160,25 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         run = {
             "sweep": sweep.name,
             "cluster": sweep.cluster,
-            "storage_path": str(results / "ray" / f"train-{stamp}"),
-            "cwd": os.getcwd(),  # relative data_dir values are relative to where the sweep was started
+            # Trials one at a time keep their workers for the next trial of the same shape.
+            "keep_workers": (max_concurrent_trials or sweep.max_concurrent_trials) == 1,
+            "worker_counts": list(dict.fromkeys(t["num_workers"] for t in todo)),
+            "codecs": _codecs(todo),
             "emulation": None if emulation is None else {"prefix": emulation.prefix, "hosts": emulation.hosts,
                                                           "workers_per_host": emulation.workers_per_host,
-                                                          "cpu_count": os.cpu_count()},
+                                                          "cpu_count": os.cpu_count(), "resource": HOST_RESOURCE},
         }
         progress.note(f"running {len(todo)} trial(s) of {sweep.name}; results in {results}")
         recorder = _recorder(results, progress, emulation, refresh)
         tuner = tune.Tuner(
-            tune.with_resources(_run_trial, {"cpu": _TRIAL_CPUS}),
-            param_space={"trial": tune.grid_search(todo), "run": run},
+            tune.with_resources(run_trial, {"cpu": TRIAL_CPUS}),
+            param_space={"point": tune.grid_search([{"trial": t, "settings": _settings(t)} for t in todo]), "run": run},
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max_concurrent_trials or sweep.max_concurrent_trials,
                 trial_name_creator=_trial_dirname,
                 trial_dirname_creator=_trial_dirname,
-                # Every trial is the same light function: a finished trial's process runs the next
-                # one instead of a new process importing Ray Tune, Ray Train and torch (~6 s on 2 cores).
+                # Every trial is the same light function: a finished trial's process runs the next one,
+                # with the idle workers it keeps (orchestrator.study.gang).
                 reuse_actors=True,
             ),
             run_config=tune.RunConfig(
@@ -263,7 +257,6 @@ def _start_ray(address: str | None, cluster: dict[str, Any], emulation: Cluster 
     On an emulated cluster, wait until every host's node is alive. RayUnreachable where no cluster
     answers at the address; KeyboardInterrupt, with no Ray of this run left running, where Ctrl-C or
     SIGTERM came while Ray started."""
-    os.environ.update(_RAY_ENV)
     # Old Tune output engine: it honours verbose=0 (the new one still prints boxes).
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     source = "--address" if address else "RAY_ADDRESS"
@@ -279,11 +272,9 @@ def _start_ray(address: str | None, cluster: dict[str, Any], emulation: Cluster 
     # Workers must import this checkout of the project (also where it is not pip-installed).
     package_root = str(Path(__file__).resolve().parent.parent)
     python_path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-    env_vars = {**_RAY_ENV, "PYTHONPATH": python_path}
+    env_vars = {"PYTHONPATH": python_path}
     if emulation is not None:
         env_vars.update({key: value for key, value in emulation.env().items() if key != "RAY_ADDRESS"})
-    if cluster["placement_timeout_s"] is not None:  # read by Ray Train's controller
-        env_vars["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = str(cluster["placement_timeout_s"])
     runtime_env: dict[str, Any] = {"env_vars": env_vars}
     if py_modules:  # the user's code, uploaded to every node of the cluster
         runtime_env["py_modules"] = list(py_modules)
@@ -433,125 +424,34 @@ def _dashboard_installed() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("aiohttp", "aiohttp_cors"))
 
 
+def _settings(trial: dict[str, Any]) -> dict[str, Any]:
+    """The training loop's settings of a trial; a relative data_dir is relative to where the sweep started."""
+    settings = training_settings(trial)
+    if settings["data_dir"] is not None:
+        settings["data_dir"] = os.path.join(os.getcwd(), settings["data_dir"])
+    return settings
+
+
+def _codecs(todo: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
+    """The (compressor, params, impl) of the trials, each once: their kernels load before the first trial."""
+    seen: dict[str, tuple[str, dict[str, Any], str]] = {}
+    for trial in todo:
+        codec = (trial["compressor"], trial["compressor_params"] or {}, trial["impl"])
+        seen.setdefault(json.dumps(codec, sort_keys=True), codec)
+    return list(seen.values())
+
+
+def _point(trial: Any) -> dict[str, Any]:
+    """The sweep's trial (a flat dict of settings) a Tune trial runs."""
+    return trial.config["point"]["trial"]
+
+
 def _trial_name(trial: Any) -> str:
-    return trial.config["trial"]["name"]
+    return _point(trial)["name"]
 
 
 def _trial_dirname(trial: Any) -> str:
-    return trial_dirname(trial.config["trial"])
-
-
-def _run_trial(config: dict[str, Any]) -> None:
-    """The Tune trial: fit one TorchTrainer for one grid point (exceptions fail the trial)."""
-    from ray.train import ControllerError, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    trial, run = config["trial"], config["run"]
-    cluster = run["cluster"]
-    settings = training_settings(trial)
-    if settings["data_dir"] is not None:
-        settings["data_dir"] = os.path.join(run["cwd"], settings["data_dir"])
-    resources = {"CPU": cluster["cpus_per_worker"]}
-    if cluster["use_gpu"]:
-        resources["GPU"] = cluster["gpus_per_worker"]
-    threads = None
-    if run["emulation"] is not None:
-        resources[HOST_RESOURCE] = 1
-        # A worker slot is a fixed share of this machine's cores, whatever the trial's worker count:
-        # a one-worker trial then measures the device every worker of a larger trial has.
-        slots = run["emulation"]["hosts"] * run["emulation"]["workers_per_host"]
-        threads = max(1, run["emulation"]["cpu_count"] // slots)
-        _shape_for(trial, run["emulation"]["prefix"])
-    problem = placement_problem(trial["num_workers"], resources, _node_resources())
-    if problem:
-        raise Unplaceable(problem)
-    backend = cluster["backend"]
-    if backend == "auto":
-        backend = "nccl" if cluster["use_gpu"] else "gloo"
-    trainer = TorchTrainer(
-        _train_worker,
-        train_loop_config={"settings": settings, "sweep": run["sweep"], "trial": trial["name"], "threads": threads},
-        scaling_config=ScalingConfig(num_workers=trial["num_workers"], use_gpu=cluster["use_gpu"],
-                                     resources_per_worker=resources),
-        run_config=RunConfig(
-            name=trial_dirname(trial),  # the run's name on the dashboard's Train page, and its folder
-            storage_path=run["storage_path"],
-            # A placement that times out fails the trial instead of being retried forever.
-            failure_config=FailureConfig(
-                max_failures=cluster["max_failures"],
-                controller_failure_limit=-1 if cluster["placement_timeout_s"] is None else 0),
-            callbacks=[TuneReportCallback()],
-        ),
-        torch_config=TorchConfig(backend=backend),
-    )
-    try:
-        trainer.fit()
-    except ControllerError as error:
-        # Ray's message advises an environment variable; the setting here is placement_timeout_s.
-        if type(error.controller_failure).__name__ == "WorkerGroupStartupTimeoutError":
-            raise Unplaceable(
-                f"the {trial['num_workers']} worker(s) were not placed within placement_timeout_s = "
-                f"{cluster['placement_timeout_s']:g} s: the resources they need stayed taken (by other "
-                "trials, or outside this sweep); raise placement_timeout_s, set it to null, or lower "
-                "max_concurrent_trials") from None
-        raise
-
-
-def _shape_for(trial: dict[str, Any], prefix: str) -> None:
-    """Shape the emulated links to the trial's bandwidth (trials run one at a time when it varies)."""
-    from ..cluster.emulation import load
-
-    emulation = load(prefix)
-    if emulation is None:
-        raise RuntimeError(f"the emulated cluster {prefix!r} is gone (its state file is missing)")
-    if trial["bandwidth"] is not None and emulation.bandwidth != trial["bandwidth"]:
-        emulation.shape(trial["bandwidth"])
-
-
-def _node_resources() -> list[dict[str, float]]:
-    """The resources of the cluster's alive nodes, less what this Tune trial itself holds."""
-    import ray
-
-    here = ray.get_runtime_context().get_node_id()
-    nodes = []
-    for node in ray.nodes():
-        if node["Alive"]:
-            resources = dict(node["Resources"])
-            if node["NodeID"] == here:
-                resources["CPU"] = resources.get("CPU", 0.0) - _TRIAL_CPUS
-            nodes.append(resources)
-    return nodes
-
-
-def _train_worker(config: dict[str, Any]) -> None:
-    """One Ray Train worker: the training loop, reporting each epoch to Tune and the dashboard."""
-    import ray.train
-    import torch.distributed as dist
-
-    from .gauges import StepGauges
-    from .train_loop import train
-
-    # metrics are rank-aggregated by the loop; rank 0 alone feeds the gauges
-    gauges = StepGauges(config["sweep"], config["trial"]) if ray.train.get_context().get_world_rank() == 0 else None
-
-    def report(metrics: dict[str, Any]) -> None:
-        if gauges is not None:
-            gauges.update(metrics)
-        ray.train.report({"epoch_metrics": metrics})
-
-    # Each start of the worker group (the first, and each restart under max_failures) says so
-    # first: its epochs replace those of the attempt before.
-    ray.train.report({"attempt_started": True})
-    # Where the workers ran: the record shows whether a trial's workers shared a node.
-    node_ips = [ray.util.get_node_ip_address()]
-    if dist.is_initialized():
-        node_ips = node_ips * dist.get_world_size()
-        dist.all_gather_object(node_ips, ray.util.get_node_ip_address())
-    outcome = train(config["settings"], report=report, threads=config["threads"])
-    # One string: Tune's loggers take scalars and dicts, not lists.
-    ray.train.report({"outcome": {**{key: outcome[key] for key in ("status", "reason", "model_summary")},
-                                  "worker_node_ips": " ".join(node_ips), "sources": json.dumps(outcome["sources"])}})
+    return trial_dirname(_point(trial))
 
 
 def _recorder(results: Path, progress: Progress, emulation: Cluster | None = None,
@@ -594,7 +494,7 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
                 self.history[trial.trial_id] = []
             if "epoch_metrics" in result:
                 self.history[trial.trial_id].append(result["epoch_metrics"])
-                progress.epoch(_trial_name(trial), result["epoch_metrics"], trial.config["trial"]["epochs"])
+                progress.epoch(_trial_name(trial), result["epoch_metrics"], _point(trial)["epochs"])
             if "outcome" in result:
                 self.outcome[trial.trial_id] = result["outcome"]
 
@@ -623,8 +523,8 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
                 return None
             try:
                 path = write_record(results, make_record(
-                    trial.config["trial"], status, reason, history, model_summary, attempts=attempts,
-                    worker_node_ips=worker_node_ips, link=_link(emulation, trial.config["trial"]),
+                    _point(trial), status, reason, history, model_summary, attempts=attempts,
+                    worker_node_ips=worker_node_ips, link=_link(emulation, _point(trial)),
                     traceback=traceback, sources=sources))
             except OSError as error:
                 self.stopped = True

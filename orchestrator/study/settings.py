@@ -63,7 +63,7 @@ CLUSTER: tuple[Param, ...] = (
           doc="torch.distributed backend; auto = nccl with GPUs, else gloo"),
     Param("cpus_per_worker", 1.0, float, low=0, low_open=True, doc="CPUs Ray reserves for each worker"),
     Param("gpus_per_worker", 1.0, float, low=0, low_open=True, doc="GPUs Ray reserves for each worker (use_gpu)"),
-    Param("max_failures", 0, int, low=-1, doc="Ray Train worker-group restarts per trial; -1 = forever"),
+    Param("max_failures", 0, int, low=-1, doc="restarts of a trial's workers after a failure; -1 = forever"),
     Param("placement_timeout_s", 600.0, float, low=0, low_open=True, high=PLACEMENT_TIMEOUT_MAX_S, nullable=True,
           doc="seconds a trial's workers may wait for resources before it fails (with max_concurrent_trials "
               "> 1 the wait for other trials counts); null: wait as long as it takes"),

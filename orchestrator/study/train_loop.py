@@ -11,7 +11,7 @@ steps and ranks as it is declared there). It runs three ways with the same code:
 
 - in-process, one worker: ``python -m orchestrator.study.train_loop --compressor qsgd --compressor_params '{bits: 4}'``
 - under torchrun: ``torchrun --nproc-per-node 2 -m orchestrator.study.train_loop --compressor qsgd``
-- inside Ray Train, where torch.distributed is already initialised.
+- on a sweep's Ray workers (orchestrator.study.gang), where torch.distributed is already initialised.
 
 With one worker the model is still wrapped in DDP (over a one-process group),
 so every compressor, PowerSGD included, encodes and decodes every gradient

@@ -363,7 +363,7 @@ def test_a_two_worker_trial_runs_on_two_hosts_at_the_links_rate(cluster, tmp_pat
 @pytest.mark.slow
 @root_only
 def test_a_four_worker_trial_puts_two_workers_on_each_host(cluster, tmp_path):
-    """Ray Train packs a trial's workers onto hosts (PACK) and numbers the ranks of a host consecutively."""
+    """A trial's workers are packed onto hosts (PACK) and the ranks of a host numbered consecutively."""
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(textwrap.dedent("""\
         name: emu-hosts

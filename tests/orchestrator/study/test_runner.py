@@ -54,7 +54,7 @@ class _Trial:
     """What the recorder reads of a Tune trial."""
 
     def __init__(self, trial: dict):
-        self.trial_id, self.config, self.error_file = trial["trial_id"], {"trial": trial}, None
+        self.trial_id, self.config, self.error_file = trial["trial_id"], {"point": {"trial": trial}}, None
 
 
 def test_a_worker_group_restart_starts_the_history_again(tmp_path):

@@ -1,0 +1,268 @@
+"""Train workers that outlive a trial: a gang of Ray actors, one per rank, kept for the next trial of its shape.
+
+Starting a worker process costs seconds of imports (torch, torch._dynamo, which DDP's constructor
+imports, the Numba kernels); a sweep of short trials would spend most of its time there. So a Tune
+trial takes its workers from a ``Pool`` in its own process (Tune reuses that process from trial to
+trial): a ``Gang`` of ``num_workers`` ``TrialWorker`` actors in one placement group, kept idle after a
+trial and given to the next trial that asks for the same number of workers with the same resources.
+Each trial still gets a process group of its own (a fresh rendezvous on rank 0's host), its own
+environment variables, threads and seed; a gang whose trial failed in any way is killed, never reused.
+
+Placement is Ray Train's (2.60): one placement group of ``num_workers`` identical bundles, PACK
+(as few nodes as hold them); the workers grouped by node in the order the nodes first appear among
+the bundles, ranks numbered in that order, so the ranks of one host are consecutive; ``RANK``,
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` set as
+torchrun and Ray Train set them. Workers of one node with GPUs see all of that node's gang GPUs,
+``LOCAL_RANK`` picking theirs, as Ray Train arranges for NCCL.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+# Ray Train's default: a collective that waits longer than this on a stuck peer fails the trial.
+_PROCESS_GROUP_TIMEOUT_S = 1800
+_AT_ONCE_S = 1.0  # a placement group that free resources can hold is placed well within this
+
+
+class PlacementTimeout(RuntimeError):
+    """The gang's placement group was not placed in time."""
+
+
+class WorkerFailure(RuntimeError):
+    """A rank of the gang failed (raised, or its process died); the gang is gone."""
+
+
+@ray.remote
+class TrialWorker:
+    """One rank: runs ``orchestrator.study.train_loop.train`` for each trial it is given."""
+
+    def __init__(self) -> None:
+        # What every trial needs, once per process: the training loop with the compressors and
+        # workloads it imports, and torch._dynamo, which DDP's constructor imports.
+        import torch._dynamo  # noqa: F401
+
+        from . import train_loop  # noqa: F401
+
+    def warm(self, codecs: list[tuple[str, dict[str, Any], str]]) -> None:
+        """Load the kernels of these (compressor, params, impl) on the CPU, as a Reducer does before its
+        first step, so that no trial waits for them. One that cannot be made is left to its trial,
+        which says why."""
+        import compressors
+
+        for name, params, impl in codecs:
+            try:
+                compressors.get(name, impl=impl, **params).warm_up("cpu")
+            except Exception:  # noqa: BLE001 - the trial reports it
+                continue
+
+    def where(self) -> tuple[str, str, list[str]]:
+        """This worker's node id, node address and GPU ids."""
+        return (ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(),
+                [str(i) for i in ray.get_gpu_ids()])
+
+    def see_gpus(self, visible: list[str]) -> None:
+        """Make the GPUs of the node's gang visible, before CUDA starts."""
+        if visible:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
+
+    def free_port(self) -> int:
+        """A port free on this node now, for the trial's rendezvous."""
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return s.getsockname()[1]
+
+    def run(self, env: dict[str, str], backend: str, config: dict[str, Any], sweep: str, trial: str,
+            threads: int | None) -> Iterator[dict[str, Any]]:
+        """Join the trial's process group and train; yields rank 0's reports (each epoch's
+        ``epoch_metrics``, then the ``outcome``), nothing on the other ranks. Raises what training raised."""
+        import torch.distributed as dist
+
+        from .gauges import StepGauges
+        from .train_loop import train
+
+        os.environ.update(env)
+        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+        dist.init_process_group(backend, init_method=f"tcp://{env['MASTER_ADDR']}:{env['MASTER_PORT']}",
+                                rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=_PROCESS_GROUP_TIMEOUT_S))
+        reports: queue.Queue = queue.Queue()
+        gauges = StepGauges(sweep, trial) if rank == 0 else None
+
+        def report(metrics: dict[str, Any]) -> None:
+            if gauges is not None:
+                gauges.update(metrics)
+                reports.put({"epoch_metrics": metrics})
+
+        def work() -> None:
+            try:
+                # Where the workers ran: the record shows whether a trial's workers shared a node.
+                node_ips = [ray.util.get_node_ip_address()] * world
+                dist.all_gather_object(node_ips, ray.util.get_node_ip_address())
+                outcome = train(config, report=report, threads=threads)
+                reports.put({"outcome": {**{key: outcome[key] for key in ("status", "reason", "model_summary")},
+                                         "worker_node_ips": " ".join(node_ips), "sources": outcome["sources"]}})
+            except BaseException as error:  # handed to the task, which raises it
+                reports.put(error)
+
+        # Training runs beside this generator so that each epoch's report leaves as it happens.
+        thread = threading.Thread(target=work, name="train", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = reports.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if rank == 0:
+                    yield item
+                if "outcome" in item:
+                    break
+        finally:
+            thread.join()
+            dist.destroy_process_group()
+
+
+class Gang:
+    """``num_workers`` TrialWorkers in one placement group, in rank order (``ready`` puts them in order)."""
+
+    def __init__(self, num_workers: int, resources: dict[str, float], timeout_s: float | None,
+                 make_room: Callable[[], bool] = lambda: False) -> None:
+        """Place the group and start the workers (their imports run on; ``ready`` waits for them).
+        ``make_room()`` frees resources (idle gangs) where the group is not placed at once; it says
+        whether it freed any. PlacementTimeout where it is not placed within ``timeout_s``."""
+        bundle = {name: amount for name, amount in resources.items() if amount > 0}
+        self.group = placement_group([bundle] * num_workers, strategy="PACK")
+        self.actors: list[Any] = []
+        self.env: list[dict[str, str]] = []
+        try:
+            ready = self.group.ready()
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            placed = bool(ray.wait([ready], timeout=min(_AT_ONCE_S, timeout_s or _AT_ONCE_S))[0])
+            if not placed and make_room():
+                placed = bool(ray.wait([ready], timeout=_AT_ONCE_S)[0])
+            if not placed:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not ray.wait([ready], timeout=left)[0]:
+                    raise PlacementTimeout(f"not placed within {timeout_s:g} s")
+            options = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0),
+                       "resources": {k: v for k, v in resources.items() if k not in ("CPU", "GPU")}}
+            self.actors = [TrialWorker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                self.group, placement_group_bundle_index=i)).remote() for i in range(num_workers)]
+        except BaseException:
+            self.kill()
+            raise
+
+    def ready(self) -> "Gang":
+        """Wait for the workers; number them as Ray Train does (nodes in the order they first appear
+        among the bundles, the workers of a node together) and give each its environment."""
+        if self.env:
+            return self
+        try:
+            where = ray.get([a.where.remote() for a in self.actors])
+            nodes = list(dict.fromkeys(node for node, _, _ in where))
+            order = sorted(range(len(where)), key=lambda i: (nodes.index(where[i][0]), where[i][2], i))
+            self.actors = [self.actors[i] for i in order]
+            where = [where[i] for i in order]
+            visible = {node: [g for w in where if w[0] == node for g in w[2]] for node in nodes}
+            ray.get([a.see_gpus.remote(visible[w[0]]) for a, w in zip(self.actors, where)])
+        except BaseException:
+            self.kill()
+            raise
+        for rank, (node, _, _) in enumerate(where):
+            peers = [i for i, w in enumerate(where) if w[0] == node]
+            self.env.append({"RANK": str(rank), "WORLD_SIZE": str(len(where)),
+                             "LOCAL_RANK": str(peers.index(rank)), "LOCAL_WORLD_SIZE": str(len(peers)),
+                             "NODE_RANK": str(nodes.index(node)), "MASTER_ADDR": where[0][1]})
+        return self
+
+    def run(self, backend: str, config: dict[str, Any], sweep: str, trial: str,
+            threads: int | None) -> Iterator[dict[str, Any]]:
+        """Run one trial on every rank; yields rank 0's reports. WorkerFailure (the gang killed) where a
+        rank fails, with the first failure's error as its cause."""
+        port = ray.get(self.actors[0].free_port.remote())
+        streams = [a.run.options(num_returns="streaming").remote({**env, "MASTER_PORT": str(port)}, backend,
+                                                                  config, sweep, trial, threads)
+                   for a, env in zip(self.actors, self.env)]
+        pending = list(streams)
+        try:
+            while pending:
+                ready, _ = ray.wait(pending, num_returns=1)
+                stream = ready[0]
+                try:
+                    item = ray.get(next(stream))
+                except StopIteration:
+                    pending.remove(stream)
+                    continue
+                yield item
+        except ray.exceptions.RayError as error:
+            self.kill()
+            cause = error.cause if isinstance(error, ray.exceptions.RayTaskError) and error.cause else error
+            raise WorkerFailure(str(cause)) from cause
+
+    def kill(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+        remove_placement_group(self.group)
+
+
+class Pool:
+    """Idle gangs of this process, one per shape, for the next trial of that shape."""
+
+    def __init__(self) -> None:
+        self.idle: dict[tuple, Gang] = {}
+        self.prepared = False  # prepare runs once: later shapes come as they are needed
+
+    @staticmethod
+    def _shape(num_workers: int, resources: dict[str, float]) -> tuple:
+        return num_workers, tuple(sorted(resources.items()))
+
+    def prepare(self, counts: list[int], resources: dict[str, float],
+                codecs: list[tuple[str, dict[str, Any], str]]) -> None:
+        """Start gangs of these worker counts side by side (their imports share the cores once, not one
+        gang after another), as many as the free resources hold at once, with the kernels of ``codecs``
+        loaded (TrialWorker.warm); wait until all are ready."""
+        self.prepared = True
+        started = []
+        for count in counts:
+            if self._shape(count, resources) in self.idle:
+                continue
+            try:
+                started.append((count, Gang(count, resources, timeout_s=_AT_ONCE_S)))
+            except PlacementTimeout:
+                break
+        for count, gang in started:
+            self.idle[self._shape(count, resources)] = gang.ready()
+        ray.get([actor.warm.remote(codecs) for _, gang in started for actor in gang.actors])
+
+    def take(self, num_workers: int, resources: dict[str, float], timeout_s: float | None) -> Gang:
+        """An idle gang of this shape, else a new one (the idle gangs of other shapes are killed where
+        they hold resources it needs). PlacementTimeout where it cannot be placed in ``timeout_s``."""
+        gang = self.idle.pop(self._shape(num_workers, resources), None)
+        if gang is not None:
+            return gang
+        return Gang(num_workers, resources, timeout_s, make_room=self.clear).ready()
+
+    def give_back(self, num_workers: int, resources: dict[str, float], gang: Gang) -> None:
+        self.idle[self._shape(num_workers, resources)] = gang
+
+    def clear(self) -> bool:
+        """Kill the idle gangs; whether there were any."""
+        had = bool(self.idle)
+        for gang in self.idle.values():
+            gang.kill()
+        self.idle.clear()
+        return had
+
+
+POOL = Pool()
