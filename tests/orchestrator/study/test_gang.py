@@ -1,0 +1,84 @@
+"""Workers that outlive a trial (orchestrator/study/gang.py) on a local Ray (CPU, gloo).
+
+A gang serves trial after trial in the same processes, each trial in a process group of its own; a
+gang whose trial failed is killed and never handed on; ranks get torchrun's environment.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.slow
+
+TINY = {"model": "mlp", "width": 8, "depth": 1, "dataset": "synthetic", "epochs": 2, "max_steps_per_epoch": 2,
+        "compressor": "fp32", "target_accuracy": 0.1}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """A local Ray of 2 CPUs listening on loopback only, as the runner starts it."""
+    before = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=128 * 1024**2, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    yield ray
+    ray.shutdown()
+    if before is None:
+        os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    else:
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = before
+
+
+def _run(gang, config):
+    return list(gang.run("gloo", config, "sweep", "trial", 1))
+
+
+def test_a_gang_serves_trials_in_turn_and_a_failed_one_is_never_handed_on(ray_local):
+    from orchestrator.study.gang import Pool, WorkerFailure
+
+    pool = Pool()
+    resources = {"CPU": 0.5}
+    gang = pool.take(2, resources, timeout_s=60)
+    assert [env["RANK"] for env in gang.env] == ["0", "1"]
+    assert [env["LOCAL_RANK"] for env in gang.env] == ["0", "1"]
+    assert {env["NODE_RANK"] for env in gang.env} == {"0"} and {env["LOCAL_WORLD_SIZE"] for env in gang.env} == {"2"}
+    pids = ray_local.get([a.where.remote() for a in gang.actors])
+    first = _run(gang, TINY)
+    # rank 0's reports only: each epoch, then the outcome
+    assert [("epoch_metrics" in r, "outcome" in r) for r in first] == [(True, False), (True, False), (False, True)]
+    assert first[-1]["outcome"]["status"] == "ok"
+    assert first[-1]["outcome"]["worker_node_ips"].split() == [pids[0][1]] * 2
+    pool.give_back(2, resources, gang)
+    again = pool.take(2, resources, timeout_s=60)
+    assert again is gang  # the same processes, a new process group
+    second = _run(again, {**TINY, "compressor": "qsgd", "compressor_params": {"bits": 4}})
+    assert second[-1]["outcome"]["status"] == "ok"
+    assert [r["epoch_metrics"]["epoch"] for r in second[:-1]] == [1, 2]
+
+    with pytest.raises(WorkerFailure, match="fail_at_epoch=2") as failure:
+        _run(again, {**TINY, "fail_at_epoch": 2})
+    assert isinstance(failure.value.__cause__, RuntimeError)
+    with pytest.raises(ray_local.exceptions.RayActorError):  # killed with its trial
+        ray_local.get(again.actors[0].where.remote(), timeout=60)
+    fresh = pool.take(2, resources, timeout_s=60)
+    assert fresh is not gang and _run(fresh, TINY)[-1]["outcome"]["status"] == "ok"
+    fresh.kill()
+
+
+def test_a_gang_that_cannot_be_placed_in_time_says_so_and_idle_gangs_make_room(ray_local):
+    from orchestrator.study.gang import Pool, PlacementTimeout
+
+    pool = Pool()
+    one = pool.take(1, {"CPU": 1.5}, timeout_s=30)
+    pool.give_back(1, {"CPU": 1.5}, one)
+    # 2 x 1.0 CPU fits only once the idle gang's 1.5 CPUs are free: the pool kills it to make room
+    two = pool.take(2, {"CPU": 1.0}, timeout_s=30)
+    assert pool.idle == {}
+    with pytest.raises(PlacementTimeout, match="not placed within 2 s"):
+        pool.take(1, {"CPU": 1.0}, timeout_s=2)
+    two.kill()
