@@ -18,6 +18,7 @@ torchrun and Ray Train set them. Workers of one node with GPUs see all of that n
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import queue
 import threading
@@ -111,8 +112,10 @@ class TrialWorker:
                 node_ips = [ray.util.get_node_ip_address()] * world
                 dist.all_gather_object(node_ips, ray.util.get_node_ip_address())
                 outcome = train(config, report=report, threads=threads)
+                # One string each: Tune's loggers take scalars and dicts, not lists.
                 reports.put({"outcome": {**{key: outcome[key] for key in ("status", "reason", "model_summary")},
-                                         "worker_node_ips": " ".join(node_ips), "sources": outcome["sources"]}})
+                                         "worker_node_ips": " ".join(node_ips),
+                                         "sources": json.dumps(outcome["sources"])}})
             except BaseException as error:  # handed to the task, which raises it
                 reports.put(error)
 

@@ -139,7 +139,7 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         if emulation is not None:
             _calibrate(emulation, todo, progress)
             address = emulation.address
-        _start_ray(address, sweep.cluster, emulation, _shipped(sweep))
+        _start_ray(address, emulation, _shipped(sweep))
         import ray
         from ray import tune
 
@@ -250,8 +250,7 @@ def _shipped(sweep: Sweep) -> list[str]:
     return workloads.references.shipped(sorted(texts))
 
 
-def _start_ray(address: str | None, cluster: dict[str, Any], emulation: Cluster | None = None,
-               py_modules: list[str] = ()) -> None:
+def _start_ray(address: str | None, emulation: Cluster | None = None, py_modules: list[str] = ()) -> None:
     """Join ``address`` (or RAY_ADDRESS, set by ``ray job submit``), else start a local Ray that
     listens on 127.0.0.1 only. Call before anything imports ray (the local address is read then).
     On an emulated cluster, wait until every host's node is alive. RayUnreachable where no cluster

@@ -7,7 +7,6 @@ from the driver.
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ray import tune
@@ -63,8 +62,6 @@ def run_trial(config: dict[str, Any]) -> None:
         tune.report({"attempt_started": True})
         try:
             for report in gang.run(backend, settings, run["sweep"], trial["name"], threads):
-                if "outcome" in report:  # one string: Tune's loggers take scalars and dicts, not lists
-                    report = {"outcome": {**report["outcome"], "sources": json.dumps(report["outcome"]["sources"])}}
                 tune.report(report)
         except WorkerFailure as failure:
             attempt += 1

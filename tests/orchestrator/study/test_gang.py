@@ -47,12 +47,12 @@ def test_a_gang_serves_trials_in_turn_and_a_failed_one_is_never_handed_on(ray_lo
     assert [env["RANK"] for env in gang.env] == ["0", "1"]
     assert [env["LOCAL_RANK"] for env in gang.env] == ["0", "1"]
     assert {env["NODE_RANK"] for env in gang.env} == {"0"} and {env["LOCAL_WORLD_SIZE"] for env in gang.env} == {"2"}
-    pids = ray_local.get([a.where.remote() for a in gang.actors])
+    where = ray_local.get([a.where.remote() for a in gang.actors])
     first = _run(gang, TINY)
     # rank 0's reports only: each epoch, then the outcome
     assert [("epoch_metrics" in r, "outcome" in r) for r in first] == [(True, False), (True, False), (False, True)]
     assert first[-1]["outcome"]["status"] == "ok"
-    assert first[-1]["outcome"]["worker_node_ips"].split() == [pids[0][1]] * 2
+    assert first[-1]["outcome"]["worker_node_ips"].split() == [where[0][1]] * 2
     pool.give_back(2, resources, gang)
     again = pool.take(2, resources, timeout_s=60)
     assert again is gang  # the same processes, a new process group

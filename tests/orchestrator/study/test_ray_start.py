@@ -23,8 +23,7 @@ from orchestrator.study.sweep_file import load_sweep
 from tests.helpers import ROOT, TINY_SWEEP, write
 
 # what _start_ray sets in the environment, put back after each test
-_SET = ("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "RAY_AIR_NEW_OUTPUT",
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+_SET = ("RAY_AIR_NEW_OUTPUT", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
 
 
 @pytest.fixture
@@ -106,12 +105,12 @@ def test_an_interrupt_while_ray_starts_waits_for_ray_init_then_shuts_ray_down(mo
     monkeypatch.setitem(sys.modules, "ray", fake)
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt):
-        runner._start_ray(None, {"placement_timeout_s": None})
+        runner._start_ray(None)
     assert calls == ["init", "shutdown"]  # ray.init ran to its end; then what it started was shut down
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
     fake, calls = _fake_ray(lambda: None)
     monkeypatch.setitem(sys.modules, "ray", fake)
-    runner._start_ray(None, {"placement_timeout_s": None})
+    runner._start_ray(None)
     assert calls == ["init"]
 
 
