@@ -63,13 +63,14 @@ class _Phases:
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
-def _gather_into(out: torch.Tensor, mine: torch.Tensor, world: int,
-                 group: dist.ProcessGroup | None) -> dist.Work | exchange.Exchange | None:
-    """All-gather ``mine`` (the same size on every rank) into ``out``; its work."""
+def _gather_into(out: torch.Tensor, mine: torch.Tensor, world: int, group: dist.ProcessGroup | None,
+                 exchange_ok: bool = True) -> dist.Work | exchange.Exchange | None:
+    """All-gather ``mine`` (the same size on every rank) into ``out``; its work. ``exchange_ok`` False:
+    gloo's own collective whatever the size (a group inside one host shares no shaped link)."""
     if world == 1:
         out.copy_(mine)
         return None
-    if exchange.use_exchange(mine, mine.numel() * mine.element_size()):
+    if exchange_ok and exchange.use_exchange(mine, mine.numel() * mine.element_size()):
         return exchange.all_gather(out, mine, group)
     return _all_gather(out, mine, group=group, async_op=True)
 
@@ -177,6 +178,11 @@ def chunk_shape(shape: tuple[int, ...], bounds: tuple[int, int], axis: int) -> t
     if len(shape) < 2:
         return (n * cols,)
     return (n, cols) if axis == 0 else (rows, n)
+
+
+def _rows_or_columns(matrix: torch.Tensor, bounds: tuple[int, int], axis: int) -> torch.Tensor:
+    """The view of ``matrix``'s rows (``axis`` 0) or columns (1) in ``bounds``."""
+    return matrix[bounds[0]:bounds[1]] if axis == 0 else matrix[:, bounds[0]:bounds[1]]
 
 
 def _chunk(matrix: torch.Tensor, bounds: tuple[int, int], axis: int, flat: bool) -> torch.Tensor:
@@ -311,41 +317,53 @@ def hierarchical_compressed(tensors: list[torch.Tensor], keys: list[int], compre
     G, g = hierarchy.local_world, hierarchy.local_rank
     device = tensors[0].device
     phases = _Phases(stats, device)
-    layout = []  # per tensor: (shape, its 2-D view's shape, chunk bounds per local rank, axis)
-    per_dest: list[list[torch.Tensor]] = [[] for _ in range(G)]
+    # Each tensor's 2-D view is cut into G chunks; ``at[j][i]`` is where tensor i's chunk j starts in
+    # local rank j's part of the buffers (every part holds its chunks of every tensor, in tensor order).
+    layout = []  # per tensor: (shape, its 2-D view's shape, chunk bounds per local rank, axis, chunk sizes)
     for key, t in zip(keys, tensors):
-        shape2 = wire.matrix_shape(tuple(t.shape))
-        axis = chunk_axis(tuple(t.shape), compressor)
-        bounds = split(tuple(t.shape), G, key, axis)
-        layout.append((tuple(t.shape), shape2, bounds, axis))
-        # Divide before summing, as DDP does: a 16-bit sum can overflow where the mean fits.
-        v = t.reshape(shape2).to(torch.float32) / G
-        for j in range(G):
-            per_dest[j].append(_chunk(v, bounds[j], axis, True).to(intra_dtype))
+        shape = tuple(t.shape)
+        axis = chunk_axis(shape, compressor)
+        bounds = split(shape, G, key, axis)
+        layout.append((shape, wire.matrix_shape(shape), bounds, axis,
+                       [math.prod(chunk_shape(shape, b, axis)) for b in bounds]))
+    send_sizes = [sum(sizes[j] for *_, sizes in layout) for j in range(G)]
+    at = [[0] * len(layout) for _ in range(G)]
+    for j in range(G):
+        for i in range(1, len(layout)):
+            at[j][i] = at[j][i - 1] + layout[i - 1][4][j]
     itemsize = torch.empty((), dtype=intra_dtype).element_size()
-    send_sizes = [sum(c.numel() for c in chunks) for chunks in per_dest]
-    mine_numel = send_sizes[g]
-    send = torch.cat([c for chunks in per_dest for c in chunks])
+    mine_numel, width = send_sizes[g], max(send_sizes)
+
+    # Phase 1: chunk j of every tensor, divided by G, straight into local rank j's part of one buffer (one
+    # pass). Divide before summing, as DDP does: a 16-bit sum can overflow where the mean fits.
+    send = torch.empty(sum(send_sizes), dtype=intra_dtype, device=device)
+    base = 0
+    for j in range(G):
+        for t, (_, shape2, bounds, axis, sizes), start in zip(tensors, layout, at[j]):
+            if sizes[j]:
+                piece = _rows_or_columns(t.reshape(shape2), bounds[j], axis)
+                if piece.dtype != torch.float32:
+                    piece = piece.to(torch.float32)
+                torch.div(piece, G, out=send[base + start:base + start + sizes[j]].view(piece.shape))
+        base += send_sizes[j]
     recv = torch.empty(G * mine_numel, dtype=intra_dtype, device=device)
     phases.charge("encode")
     work = None
     if G == 1:
         recv.copy_(send)
-    elif exchange.use_exchange(send, max(send_sizes) * itemsize):
-        work = exchange.all_to_all(recv, [mine_numel] * G, send, send_sizes, hierarchy.intra[0])
-    else:
+    else:  # inside a host: no shaped link to share, so gloo's own collective (see exchange)
         work = dist.all_to_all_single(recv, send, output_split_sizes=[mine_numel] * G,
                                       input_split_sizes=send_sizes, group=hierarchy.intra[0], async_op=True)
     phases.collective((yield work))
-    total = recv.view(G, mine_numel).to(torch.float32).sum(dim=0)  # in local-rank order on every rank
-    chunks, chunk_keys, offset = [], [], 0
-    for key, (shape, _, bounds, axis) in zip(keys, layout):
-        piece_shape = chunk_shape(shape, bounds[g], axis)
-        n = math.prod(piece_shape)
-        if n:  # a chunk this rank does not own (a one-row tensor, fewer rows than G) has nothing to average
-            chunks.append(total[offset:offset + n].view(piece_shape).clone())
+    # The host's mean of my chunks, summed in local-rank order on every rank, into the buffer phase 3
+    # gathers from (padded to the largest part: all_gather needs equal sizes); phase 2 averages it in place.
+    padded = torch.zeros(width, dtype=torch.float32, device=device)
+    torch.sum(recv.view(G, mine_numel).to(torch.float32), dim=0, out=padded[:mine_numel])
+    chunks, chunk_keys = [], []
+    for key, (shape, _, bounds, axis, sizes), start in zip(keys, layout, at[g]):
+        if sizes[g]:  # a chunk this rank does not own (a one-row tensor, fewer rows than G) has nothing to average
+            chunks.append(padded[start:start + sizes[g]].view(chunk_shape(shape, bounds[g], axis)))
             chunk_keys.append(key)
-        offset += n
     phases.charge("decode")
     stats.bytes_sent = accounting.alltoall_bytes([s * itemsize for s in send_sizes], g)
     if hierarchy.hosts > 1:
@@ -359,27 +377,20 @@ def hierarchical_compressed(tensors: list[torch.Tensor], keys: list[int], compre
         stats += across
         phases.last = phases._now()
 
-    # Phase 3: every local rank's averaged chunks to every rank of the host.
-    mine = torch.cat([c.reshape(-1) for c in chunks]).to(intra_dtype) if chunks else \
-        torch.empty(0, dtype=intra_dtype, device=device)
-    width = max(send_sizes)
-    padded = torch.zeros(width, dtype=intra_dtype, device=device)
-    padded[:mine.numel()] = mine
+    # Phase 3: every local rank's averaged chunks to every rank of the host, each written into its tensor.
+    mine = padded if intra_dtype == torch.float32 else padded.to(intra_dtype)
     gathered = torch.empty(G * width, dtype=intra_dtype, device=device)
     phases.charge("encode")
-    phases.collective((yield _gather_into(gathered, padded, G, hierarchy.intra[-1])))
-    gathered = gathered.view(G, width).to(torch.float32)
-    for i, (t, (shape, shape2, bounds, axis)) in enumerate(zip(tensors, layout)):
-        whole = torch.empty(shape2, dtype=torch.float32, device=device)
+    phases.collective((yield _gather_into(gathered, mine, G, hierarchy.intra[-1], exchange_ok=False)))
+    for i, (t, (_, shape2, bounds, axis, sizes)) in enumerate(zip(tensors, layout)):
+        whole = t.view(shape2) if t.is_contiguous() else torch.empty(shape2, dtype=t.dtype, device=device)
         for j in range(G):
-            start = sum(math.prod(chunk_shape(s, b[j], a)) for s, _, b, a in layout[:i])
-            n = math.prod(chunk_shape(shape, bounds[j], axis))
-            piece = gathered[j, start:start + n]
-            if axis == 0:
-                whole[bounds[j][0]:bounds[j][1]] = piece.view(bounds[j][1] - bounds[j][0], shape2[1])
-            else:
-                whole[:, bounds[j][0]:bounds[j][1]] = piece.view(shape2[0], bounds[j][1] - bounds[j][0])
-        t.copy_(whole.reshape(t.shape))
+            if sizes[j]:
+                start = j * width + at[j][i]
+                target = _rows_or_columns(whole, bounds[j], axis)
+                target.copy_(gathered[start:start + sizes[j]].view(target.shape))
+        if whole.data_ptr() != t.data_ptr():
+            t.copy_(whole.reshape(t.shape))
     phases.charge("decode")
     stats.bytes_sent += accounting.allgather_bytes(width * itemsize, G)
     return stats
