@@ -20,6 +20,12 @@ the other hosts (``inter``: a NIC per worker, as GPU nodes have) and the link jo
   and ``(G-1) alpha_i + (G-1) S/B_i`` (all_gather; all_to_all: the shares of A instead of multiples
   of S). With G = 1 both are the one-link costs above, bit for bit.
 
+Where a host has one link to the others, shared by its G workers (``shared_link``: an emulated host, a
+node with one NIC), what its workers send across at once shares it: a flat all_gather's or all_to_all's
+bytes across, and the hierarchical algorithm's G sras among the hosts, each take G times as long. A
+flat ring puts one of a host's ranks on each link between hosts (its ranks are consecutive), so it
+shares nothing.
+
 The hierarchical average of a bucket of M bytes at the intra precision: a reduce-scatter among the
 host's G ranks over ``intra``, ``(G-1) alpha_i + (G-1)/G M/B_i + (G-1)/G M/R_add``; across hosts,
 among the H ranks of each local rank, an sra of that rank's 1/G of the bucket over ``inter`` (the
@@ -51,10 +57,18 @@ class Cluster:
     workers_per_host: int
     inter: Link
     intra: Link
+    shared_link: bool = False  # one link per host, shared by its workers (else a link per worker)
 
     @property
     def workers(self) -> int:
         return self.hosts * self.workers_per_host
+
+    @property
+    def across(self) -> Link:
+        """What one worker gets of the link to the other hosts while every worker of its host sends."""
+        if not self.shared_link or self.workers_per_host == 1:
+            return self.inter
+        return Link(self.inter.bandwidth / self.workers_per_host, self.inter.latency)
 
     @classmethod
     def flat(cls, workers: int, link: Link) -> "Cluster":
@@ -102,7 +116,8 @@ def flat_allgather_s(payload_nbytes: float, cluster: Cluster) -> float:
     p, g = cluster.workers, cluster.workers_per_host
     if p <= 1 or payload_nbytes <= 0:
         return 0.0
-    across = (p - g) * cluster.inter.latency + (p - g) * payload_nbytes / cluster.inter.bandwidth
+    link = cluster.across
+    across = (p - g) * link.latency + (p - g) * payload_nbytes / link.bandwidth
     inside = (g - 1) * cluster.intra.latency + (g - 1) * payload_nbytes / cluster.intra.bandwidth
     return max(across, inside)
 
@@ -114,7 +129,8 @@ def flat_alltoall_s(sent_nbytes: float, cluster: Cluster) -> float:
     if p <= 1 or sent_nbytes <= 0:
         return 0.0
     # the shares first: (p - 1) / (p - 1) is 1 exactly, so one worker per host is alltoall_s to the bit
-    across = (p - g) * cluster.inter.latency + sent_nbytes * ((p - g) / (p - 1)) / cluster.inter.bandwidth
+    link = cluster.across
+    across = (p - g) * link.latency + sent_nbytes * ((p - g) / (p - 1)) / link.bandwidth
     inside = (g - 1) * cluster.intra.latency + sent_nbytes * ((g - 1) / (p - 1)) / cluster.intra.bandwidth
     return max(across, inside)
 

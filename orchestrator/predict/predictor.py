@@ -58,6 +58,7 @@ import workloads
 from compressors.comm import collectives
 
 from . import perfmodel
+from ..study import calibration
 from ..study.labels import config_label, config_labels
 from .profile import Profile, profile
 from ..study.records import RENAMED, read_records, write_atomic
@@ -129,6 +130,15 @@ def read_trials(results: Path) -> Trials:
     """The finished trials of a results folder, read once."""
     records = read_records(results)
     return pairs(records, read_table(results, records))
+
+
+def calibration_inputs(results: Path) -> Trials:
+    """The one-worker trials among the calibration trials of an emulated sweep in ``results``
+    (``orchestrator.study.calibration``); none where it has none."""
+    folder = calibration.folder(results)
+    if not (folder / "trials.csv").is_file():
+        return []
+    return [(r, row) for r, row in read_trials(folder) if r["settings"]["num_workers"] == 1]
 
 
 def read_table(results: Path, records: list[dict[str, Any]]) -> pd.DataFrame:
@@ -350,9 +360,9 @@ def comm_s(traffic: Traffic, cluster: perfmodel.Cluster, reduce: float) -> float
              "all_gather": lambda n: perfmodel.flat_allgather_s(n, cluster),
              "all_to_all": lambda n: perfmodel.flat_alltoall_s(n, cluster),
              "intra_reduce_scatter": lambda n: perfmodel.reduce_scatter_s(n, local, cluster.intra, reduce),
-             "inter_all_to_all": lambda n: perfmodel.alltoall_s(n, hosts, cluster.inter),
-             "inter_ring": lambda n: perfmodel.ring_allreduce_s(n, hosts, cluster.inter, reduce),
-             "inter_all_gather": lambda n: perfmodel.allgather_s(n, hosts, cluster.inter),
+             "inter_all_to_all": lambda n: perfmodel.alltoall_s(n, hosts, cluster.across),
+             "inter_ring": lambda n: perfmodel.ring_allreduce_s(n, hosts, cluster.across, reduce),
+             "inter_all_gather": lambda n: perfmodel.allgather_s(n, hosts, cluster.across),
              "intra_all_gather": lambda n: perfmodel.allgather_s(n, local, cluster.intra)}
     return sum(costs[kind](nbytes) for kind, nbytes in traffic)
 
@@ -417,11 +427,21 @@ def plan(config: Configuration, prof: Profile, compute_s: float, p: int, overlap
                 decode, overlap)
 
 
-def predict_step(step: Plan, cluster: perfmodel.Cluster, reduce: float) -> dict[str, float]:
+def predict_step(step: Plan, cluster: perfmodel.Cluster, reduce: float,
+                 loaded: perfmodel.Cluster | None = None) -> dict[str, float]:
     """Predicted step of a planned configuration on ``cluster`` (the shape it was planned for);
-    ``messages``: how many latencies it pays."""
-    buckets = [perfmodel.Bucket(ready, enc, comm_s(traffic, cluster, reduce), dec)
-               for ready, enc, dec, traffic in step.buckets]
+    ``messages``: how many latencies it pays. ``loaded``: where hosts share one machine's cores, the same
+    cluster with its latency per message under that load (its peers take each message late) in place of
+    the idle links', and a link of each worker's own. The communication is its time on ``loaded``; where
+    the workers of a host share its link, one worker's wait overlaps the bytes the others send, and a
+    bucket's communication takes the longer of its times on ``cluster`` and on ``loaded``."""
+    def comm(traffic: Traffic) -> float:
+        if loaded is None:
+            return comm_s(traffic, cluster, reduce)
+        waiting = comm_s(traffic, loaded, reduce)
+        return max(comm_s(traffic, cluster, reduce), waiting) if cluster.across != cluster.inter else waiting
+
+    buckets = [perfmodel.Bucket(ready, enc, comm(traffic), dec) for ready, enc, dec, traffic in step.buckets]
     time_s = perfmodel.step_time(step.fwd_s, step.bwd_s, step.opt_s, buckets, step.overlap)
     # messages in turn: the communication at a latency of 1 s and no time per byte, on either link
     counting = perfmodel.Link(math.inf, 1.0)
@@ -516,11 +536,24 @@ def cluster(num_workers: int, workers_per_host: int, bandwidth_bps: float, laten
                              perfmodel.Link(bandwidth_bps / 8, latency_s), perfmodel.Link(intra_bandwidth_bps / 8))
 
 
-def hierarchical(config: Configuration) -> Configuration:
-    """The hierarchical variant of an sra configuration, fp32 inside a host (the reducer's default): the same
-    codec and its one-worker times."""
-    settings = {**config.settings, "algorithm": "hierarchical", "intra": "fp32"}
+def hierarchical(config: Configuration, intra: str = "fp32") -> Configuration:
+    """The hierarchical variant of an sra configuration, ``intra`` inside a host (the reducer's default fp32):
+    the same codec and its one-worker times."""
+    settings = {**config.settings, "algorithm": "hierarchical", "intra": intra}
     return replace(config, label=config_name(settings), settings=settings)
+
+
+def input_for(configs: Mapping[tuple[str, str], Configuration], settings: dict[str, Any]) -> Configuration | None:
+    """The configuration, with its one-worker times, that predicts a trial of ``settings``: its own; for a
+    hierarchical trial (one worker compresses nothing), its codec's sra configuration made hierarchical at
+    the trial's ``intra``; None where there is none, or the trial's hosts exchange by all_gather (``inter``),
+    which the model does not know."""
+    if settings["algorithm"] != "hierarchical":
+        return configs.get(step_key(settings))
+    sra = configs.get(step_key({**settings, "algorithm": "sra"}))
+    if sra is None or (settings.get("inter") or "sra") != "sra":
+        return None
+    return hierarchical(sra, settings.get("intra") or "fp32")
 
 
 def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: float, overlap: bool = True,
@@ -536,7 +569,7 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     records = read_records(results)
     csv = read_table(results, records)
     trials = pairs(records, csv)
-    configs, skipped = configurations(trials)
+    configs, skipped = configurations([*trials, *calibration_inputs(results)])
     notes = [f"not predicted: {note}" for note in skipped]
     workloads_found = {c.key[0] for c in configs}
     if len(workloads_found) > 1:
@@ -644,15 +677,23 @@ def emulated_compute_scale(num_workers: int, hosts: int, cpu_count: int, workers
     return max(1.0, num_workers * threads / cpu_count)
 
 
-def _emulated_cluster(p: int, link: dict[str, Any], wire: perfmodel.Link) -> perfmodel.Cluster:
-    """The cluster a trial of ``p`` workers ran on: Ray packs them, ``workers_per_host`` to a host (a trial
-    that does not fill its hosts evenly is taken as one worker per host); the workers of a host talk at
-    about what the links carried unshaped."""
+def emulated_workers_per_host(p: int, link: dict[str, Any]) -> int:
+    """The workers on each host of a trial of ``p`` workers on an emulated cluster (its record's ``link``):
+    Ray packs them, ``workers_per_host`` to a host; a trial that does not fill its hosts evenly is taken as
+    one worker per host."""
     G = min(link.get("workers_per_host", 1), p)
-    if G == 1 or p % G:
+    return 1 if p % G else G
+
+
+def emulated_cluster(p: int, link: dict[str, Any], wire: perfmodel.Link) -> perfmodel.Cluster:
+    """The cluster a trial of ``p`` workers ran on (its record's ``link``; ``emulated_workers_per_host``):
+    the workers of a host share its one link (``wire``) to the others and talk among themselves at about
+    what the links carried unshaped."""
+    G = emulated_workers_per_host(p, link)
+    if G == 1:
         return perfmodel.Cluster.flat(p, wire)
     intra = perfmodel.Link((link.get("unshaped_bps") or wire.bandwidth * 8) / 8, 0.0)
-    return perfmodel.Cluster(p // G, G, wire, intra)
+    return perfmodel.Cluster(p // G, G, wire, intra, shared_link=True)
 
 
 def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: int | None = None,
@@ -666,8 +707,9 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
     of ``inputs`` (default: ``trials``) of the same workload and configuration; trials without
     them are left out. The device: ``scales`` by (``step_key``, workers) where given (measured;
     trials it lacks are left out), else ``emulated_compute_scale`` from ``cpu_count``, the machine's
-    cores, else as measured alone. The link's latency per message: ``latency`` by (``step_key``, workers)
-    where given (measured as the trial's hosts load the machine), else the calibration's (idle hosts).
+    cores, else as measured alone. The link's latency per message: the calibration's (idle hosts), and
+    ``latency`` by (``step_key``, workers) where given (measured as the trial's hosts load the machine:
+    ``predict_step``'s ``loaded``).
     ``profiles``: the models' step profiles by workload, kept between calls (filled in here).
     ``busy``: by (``step_key``, workers, overlap), the machine's busy time per step where the trial's hosts
     share its cores (measured): no timeline is shorter, for then what the hosts do is CPU work that waits
@@ -680,7 +722,7 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
     out = {}
     for record, link in targets:
         s = record["settings"]
-        config = configs.get(step_key(s))
+        config = input_for(configs, s)
         fp32 = baseline(list(configs.values()), "fp32", step_key(s)[0])
         if config is None or fp32 is None:
             continue
@@ -702,11 +744,16 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
         else:
             scale = DeviceScale.uniform(emulated_compute_scale(p, link["hosts"], cpu_count,
                                                                link.get("workers_per_host", 1)) if cpu_count else 1.0)
-        step = plan(config, prof, fp32.compute_s, p, s["overlap"], scale)
-        alpha = (latency or {}).get((config.key, p), link.get("calibrated_latency_s") or 0.0)
-        wire = perfmodel.Link(link["calibrated_bps"] / 8, alpha)
+        rate = link["calibrated_bps"] / 8
+        emulated = emulated_cluster(p, link, perfmodel.Link(rate, link.get("calibrated_latency_s") or 0.0))
+        if s["algorithm"] == "hierarchical" and emulated.workers_per_host == 1:
+            continue  # its ranks did not fill their hosts evenly: not the algorithm the model knows
+        loaded = None
+        if latency is not None and (config.key, p) in latency:
+            loaded = replace(emulated_cluster(p, link, perfmodel.Link(rate, latency[config.key, p])), shared_link=False)
+        step = plan(config, prof, fp32.compute_s, p, s["overlap"], scale, emulated.workers_per_host)
         reduce = reduce_bps() if reduce is None else reduce
-        predicted = predict_step(step, _emulated_cluster(p, link, wire), reduce)
+        predicted = predict_step(step, emulated, reduce, loaded)
         floor = (busy or {}).get((config.key, p, bool(s["overlap"])), 0.0)
         out[record["trial_id"]] = {**predicted, "predicted_step_time_s": max(predicted["predicted_step_time_s"], floor)}
     return out

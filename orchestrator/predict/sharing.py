@@ -33,17 +33,22 @@ def factors(times: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
             for k, t in times.items()}
 
 
-def device_scale(algorithm: str, k: int, factors: dict[str, float], world: bool) -> DeviceScale:
+def device_scale(algorithm: str, k: int, factors: dict[str, float], world: bool,
+                 workers_per_host: int = 1) -> DeviceScale:
     """A configuration's device scale at ``k`` workers from its factors per phase (time at k over time
     alone; NaN: a phase it does not have, 1x). An allreduce hook's encode and decode are its one-worker
     exposed time (``predictor.plan``): they scale as it does, or, where the k formed one world (that time
     then holds the collective), as its compute does. In one world an sra encodes its server chunk, a 1/k
     part, where alone it encoded the whole: the encode factor is divided by what ``predictor.plan`` already
-    takes for that, (1 + 1/k) / 2."""
+    takes for that, (1 + 1/k) / 2; a hierarchical one's rank encodes and decodes what an sra among the
+    k / G hosts does on 1/G of the elements (``workers_per_host`` G), as ``predictor.plan`` takes too."""
     if algorithm == "allreduce":
         codec = (factors["compute_s" if world else "exposed_comm_s"],) * 2
     elif world and algorithm == "sra":
         codec = (factors["encode_s"] / ((1 + 1 / k) / 2), factors["decode_s"])
+    elif world and algorithm == "hierarchical":
+        G = workers_per_host
+        codec = (factors["encode_s"] / ((1 + 1 / (k // G)) / 2 / G), factors["decode_s"] * G)
     else:
         codec = (factors["encode_s"], factors["decode_s"])
     return DeviceScale(*(f if math.isfinite(f) else 1.0 for f in (factors["compute_s"], *codec)))
@@ -83,7 +88,7 @@ def sharing_inputs(sharing: Trials, inputs: Trials, reduce: float | None = None)
     the reduction throughput (``predictor.reduce_bps``), measured here if not given."""
     configs = {c.key: c for c in predictor.configurations(inputs)[0]}
     every = [(r, row) for r, row in sharing if r["settings"]["num_workers"] > 1
-             and predictor.step_key(r["settings"]) in configs]
+             and predictor.input_for(configs, r["settings"]) is not None]
     # overlapped, a trial's phases run at once and its communication hides behind them
     serial = [(r, row) for r, row in every if not r["settings"]["overlap"]]
     # once, so that every prediction below, and the bisection's, takes the same figure
@@ -102,16 +107,20 @@ def sharing_inputs(sharing: Trials, inputs: Trials, reduce: float | None = None)
             busy.setdefault((*at(record), bool(record["settings"]["overlap"])), []).append(
                 float(row["step_time_s"]) * (1 - idle))
     factors: dict[tuple[tuple[str, str], int], list[dict[str, float]]] = {}
+    shape: dict[tuple[tuple[str, str], int], tuple[str, int]] = {}  # algorithm, workers per host
     for record, row in serial:
-        config = configs[predictor.step_key(record["settings"])]
+        config = predictor.input_for(configs, record["settings"])
         alone = {"compute_s": config.compute_s, "encode_s": config.encode_s, "decode_s": config.decode_s}
         factors.setdefault(at(record), []).append(
             {phase: float(row[phase]) / t if t > 0 else math.nan for phase, t in alone.items()})
+        shape[at(record)] = (config.settings["algorithm"],
+                             predictor.emulated_workers_per_host(at(record)[1], record.get("link") or {}))
     scales = {}
     for (key, k), runs in factors.items():
         # a phase a configuration does not have stays NaN, which device_scale takes as 1x
         median = {phase: finite_median(f[phase] for f in runs) for phase in runs[0]}
-        scales[key, k] = device_scale(configs[key].settings["algorithm"], k, median, world=True)
+        algorithm, per_host = shape[key, k]
+        scales[key, k] = device_scale(algorithm, k, median, world=True, workers_per_host=per_host)
     # What a hook's measured communication has beyond the link model's time for its bytes is its messages'
     # latency under this load; plain DDP's communication is not timed: its latency is the one at which
     # the model gives its measured step time.
@@ -120,8 +129,10 @@ def sharing_inputs(sharing: Trials, inputs: Trials, reduce: float | None = None)
     measured: dict[int, list[float]] = {}
     plain: dict[tuple[tuple[str, str], int], list[float]] = {}
     for record, row in serial:
-        # one trial at a time: repeated runs of a sweep give their trials the same ids, each its own link
-        guess = predictor.trial_predictions([(record, row)], inputs, scales=scales, latency=zero,
+        # one trial at a time: repeated runs of a sweep give their trials the same ids, each its own link;
+        # the time of its bytes alone: no latency, the idle links' neither
+        bare = {**record, "link": {**record["link"], "calibrated_latency_s": 0.0}}
+        guess = predictor.trial_predictions([(bare, row)], inputs, scales=scales, latency=zero,
                                           profiles=profiles, reduce=reduce).get(record["trial_id"])
         if guess is None or not guess["messages"]:
             continue
@@ -146,3 +157,19 @@ def _solve(step_at: Callable[[float], float], target: float, high: float = 0.1) 
         mid = (low + high) / 2
         low, high = (mid, high) if step_at(mid) < target else (low, mid)
     return (low + high) / 2
+
+
+def emulated_predictions(trials: Trials, calibration: Trials, cpu_count: int | None = None,
+                         reduce: float | None = None) -> dict[str, dict[str, float]]:
+    """The predicted step of each multi-worker trial of a sweep on an emulated cluster (``trials``), by trial_id,
+    from the one-worker trials of the sweep and of its ``calibration`` trials
+    (``orchestrator.study.calibration``), and the sharing that the calibration's multi-worker trials measured
+    (``sharing_inputs``, busy time as a floor). Without those (a sweep run before they were, or with trials at
+    once), the sharing is ``predictor.emulated_compute_scale``'s guess from ``cpu_count``."""
+    inputs = [*trials, *((r, row) for r, row in calibration if r["settings"]["num_workers"] == 1)]
+    sharing = [(r, row) for r, row in calibration if r["settings"]["num_workers"] > 1]
+    if not sharing:
+        return predictor.trial_predictions(trials, inputs, cpu_count=cpu_count, reduce=reduce)
+    reduce = predictor.reduce_bps() if reduce is None else reduce
+    scales, latency, busy = sharing_inputs(sharing, inputs, reduce)
+    return predictor.trial_predictions(trials, inputs, scales=scales, latency=latency, busy=busy, reduce=reduce)

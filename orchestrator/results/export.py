@@ -16,6 +16,9 @@ standard deviation over seeds with the number of trials; then the step time in
 compute, exposed communication and the hook's phases; then the trials that did
 not finish "ok", with their reason.
 
+``calibration/trials.csv`` -- on an emulated cluster, the table of the short trials the
+step-time predictions need (orchestrator.study.calibration), the same columns.
+
 ``plots/`` -- PNG figures (orchestrator.results.plots): the answer (accuracy change against
 speedup), accuracy against time, bytes sent, speedup against workers, and the step time (ms) in
 compute and exposed communication beside the hook's phases.
@@ -30,7 +33,9 @@ from pathlib import Path
 from typing import TextIO
 
 from .plots import write_plots
-from ..predict.predictor import pairs, trial_predictions
+from ..predict.predictor import Trials, pairs
+from ..predict.sharing import emulated_predictions
+from ..study import calibration
 from ..study.records import atomic_path, folder_sweep, read_records, trials_dir, write_atomic
 from .summary import summary_markdown
 from .tables import history_table, trials_table
@@ -46,10 +51,11 @@ def export(results: Path, plots: bool = True) -> dict[str, Path]:
     records = read_records(results)
     history = history_table(records)
     trials = trials_table(records, history)
-    predicted = trial_predictions(pairs(records, trials), cpu_count=_cpu_count(results))
+    written = {name: results / name for name in ("trials.csv", "trials.parquet", "history.csv", "summary.md")}
+    measured = _calibration(results, written)
+    predicted = emulated_predictions(pairs(records, trials), measured, cpu_count=_cpu_count(results))
     trials["predicted_step_time_s"] = trials["trial_id"].map(
         {k: v["predicted_step_time_s"] for k, v in predicted.items()}).astype(float)
-    written = {name: results / name for name in ("trials.csv", "trials.parquet", "history.csv", "summary.md")}
     with atomic_path(written["trials.csv"]) as temporary:
         trials.to_csv(temporary, index=False)
     with atomic_path(written["trials.parquet"]) as temporary:
@@ -63,6 +69,19 @@ def export(results: Path, plots: bool = True) -> dict[str, Path]:
     figure = "plots/answer.png" if "plots/answer.png" in written else None
     write_atomic(written["summary.md"], summary_markdown(trials, title, figure))
     return written
+
+
+def _calibration(results: Path, written: dict[str, Path]) -> Trials:
+    """The finished calibration trials of ``results``, their table rewritten (named in ``written``)."""
+    folder = calibration.folder(results)
+    records = read_records(folder) if trials_dir(folder).is_dir() else []
+    if not records:
+        return []
+    table = trials_table(records, history_table(records))
+    written[f"{calibration.FOLDER}/trials.csv"] = path = folder / "trials.csv"
+    with atomic_path(path) as temporary:
+        table.to_csv(temporary, index=False)
+    return pairs(records, table)
 
 
 def _cpu_count(results: Path) -> int | None:

@@ -39,8 +39,9 @@ _SPEEDUP_TIMES = (("time_to_target_s", "time_to_target"), ("step_time_s", "step_
 
 
 def _compression_keys() -> tuple[str, ...]:
-    """The settings that tell one configuration from another at equal workload and scale."""
-    return ("compressor", *compressor_param_names(), "algorithm")
+    """The settings that tell one configuration from another at equal workload and scale (the hierarchical
+    algorithm's precision inside a host and its exchange across hosts among them)."""
+    return ("compressor", *compressor_param_names(), "algorithm", "intra", "inter")
 
 
 def flat_settings(settings: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,8 @@ ranks of a host are consecutive); every bandwidth the trials need is calibrated
 before the first trial, and each trial re-shapes the links to its bandwidth
 before its workers start. Its workers share this machine's cores: each gets
 cores / (hosts x workers_per_host) torch threads (at least one), whatever the
-trial's number of workers.
+trial's number of workers. There, beside the grid, the sweep runs the short trials its step-time
+predictions need (``orchestrator.study.calibration``), recorded apart from the grid's.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from typing import Any, TextIO
 
 from compressors.core.params import rate_bps
 
-from . import env_info
+from . import calibration, env_info
 from .sweep_file import Sweep, training_settings
 from ..cluster.emulation import HEADROOM, HOST_RESOURCE, Cluster
 from .progress import Progress
@@ -123,21 +124,31 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         with atomic_path(copy) as temporary:
             shutil.copyfile(sweep.path, temporary)
     todo = [trial for trial in sweep.trials if trial["trial_id"] not in done]
-    progress = Progress(total=len(sweep.trials), finished=len(sweep.trials) - len(todo),
+    measuring = _calibration_trials(sweep, emulation, max_concurrent_trials or sweep.max_concurrent_trials)
+    measured = finished_ids(calibration.folder(results)) if measuring else set()
+    extra = [trial for trial in measuring if trial["trial_id"] not in measured]
+    progress = Progress(total=len(sweep.trials) + len(measuring),
+                        finished=len(sweep.trials) - len(todo) + len(measuring) - len(extra),
                         stream=sys.stdout if stream is None else stream)  # sys.stdout as it is now
     if retired is not None:
         progress.note(f"note: {len(others)} record(s) of trials this sweep no longer has (it changed since they "
                       f"ran) moved from {trials_dir(results)} to {retired}, with the sweep file they ran from; "
                       f"the tables here hold this sweep's trials only (`lowprec export "
                       f"{shlex.quote(str(retired))}` rebuilds theirs)")
-    if not todo:
+    if not todo and not extra:
         progress.note(f"nothing to run: every trial has a record in {results / 'trials'}")
         return results, 0
+    if extra:
+        progress.note(f"with {len(extra)} short trial(s) that measure what the step-time predictions need: "
+                      f"each configuration alone and on hosts sharing this machine "
+                      f"(records in {calibration.folder(results)})")
+    grid_todo, todo = todo, todo + extra
 
     restore_sigterm = _sigterm_as_ctrl_c()
     try:
         if emulation is not None:
-            _calibrate(emulation, todo, progress)
+            _calibrate(emulation, todo, progress, quiet={calibration.SHARING_BANDWIDTH} - {
+                t["bandwidth"] for t in grid_todo})
             address = emulation.address
         _start_ray(address, emulation, _shipped(sweep))
         import ray
@@ -172,7 +183,10 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         recorder = _recorder(results, progress, emulation, refresh)
         tuner = tune.Tuner(
             tune.with_resources(run_trial, {"cpu": TRIAL_CPUS}),
-            param_space={"point": tune.grid_search([{"trial": t, "settings": _settings(t)} for t in todo]), "run": run},
+            param_space={"point": tune.grid_search([{"trial": t, "settings": _settings(t), "calibration": False}
+                                                    for t in grid_todo] +
+                                                   [{"trial": t, "settings": _settings(t), "calibration": True}
+                                                    for t in extra]), "run": run},
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max_concurrent_trials or sweep.max_concurrent_trials,
                 trial_name_creator=_trial_dirname,
@@ -195,7 +209,8 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     finally:
         _stop_ray()
         restore_sigterm()
-    unfinished = len([t for t in todo if t["trial_id"] not in finished_ids(results)])
+    left = finished_ids(results) | (finished_ids(calibration.folder(results)) if extra else set())
+    unfinished = len([t for t in todo if t["trial_id"] not in left])
     if unfinished:
         progress.note(f"interrupted: {unfinished} trial(s) not finished; to run them: "
                       f"{resume_command(sweep.path, results)}")
@@ -223,9 +238,22 @@ def trial_dirname(trial: dict[str, Any]) -> str:
     return f"{safe}-{trial['trial_id']}" if safe else trial["trial_id"]
 
 
-def _calibrate(emulation: Cluster, todo: list[dict[str, Any]], progress: Progress) -> None:
+def _calibration_trials(sweep: Sweep, emulation: Cluster | None, concurrent: int) -> list[dict[str, Any]]:
+    """The calibration trials of a sweep on ``emulation``; the sharing ones only where its links can carry
+    their rate, and trials run one at a time (each shapes the links to its rate)."""
+    if emulation is None:
+        return []
+    trials = calibration.calibration_trials(sweep.trials)
+    if concurrent > 1 or emulation.rate_problem(calibration.SHARING_BANDWIDTH) is not None:
+        trials = [t for t in trials if t["bandwidth"] != calibration.SHARING_BANDWIDTH]
+    return trials
+
+
+def _calibrate(emulation: Cluster, todo: list[dict[str, Any]], progress: Progress, quiet: set[str] = frozenset()
+               ) -> None:
     """Calibrate each bandwidth the trials need that has no calibration yet, then shape the links to
-    the first trial's (while no trial runs: a calibration saturates the links)."""
+    the first trial's (while no trial runs: a calibration saturates the links). ``quiet``: rates whose
+    trials are meant to be limited by the machine (no warning that they may be)."""
     needed = list(dict.fromkeys(t["bandwidth"] for t in todo if t["bandwidth"] is not None))
     unshaped = emulation.calibrations.get("unshaped", {}).get("measured_bps")
     for rate in needed:
@@ -233,7 +261,7 @@ def _calibrate(emulation: Cluster, todo: list[dict[str, Any]], progress: Progres
             found = emulation.shape(rate, recalibrate=True)
             progress.note(f"links at {rate}: calibrated {found['measured_bps'] / 1e6:.1f} Mbit/s "
                           f"({found['fraction']:.3f} of the rate)")
-        if unshaped is not None and unshaped < HEADROOM * rate_bps(rate):
+        if unshaped is not None and unshaped < HEADROOM * rate_bps(rate) and rate not in quiet:
             progress.note(f"warning: unshaped, the links carried {unshaped / 1e9:.2f} Gbit/s, less than "
                           f"{HEADROOM:g}x {rate}: at {rate} the machine, not the links, may set the pace")
     if needed and emulation.bandwidth != needed[0]:
@@ -456,9 +484,9 @@ def _trial_dirname(trial: Any) -> str:
 def _recorder(results: Path, progress: Progress, emulation: Cluster | None = None,
               refresh: Callable[[Path], Any] | None = None) -> Any:
     """A Tune callback that keeps each trial's epochs and writes its record when it ends, with the
-    calibration of its links on an emulated cluster. Where a record cannot be written (a full disk), it
-    warns, records nothing more, and its ``stopper`` (a Tune stopper) ends the sweep: the trials without a
-    record run on resume."""
+    calibration of its links on an emulated cluster (a calibration trial's record in its own folder). Where a
+    record cannot be written (a full disk), it warns, records nothing more, and its ``stopper`` (a Tune
+    stopper) ends the sweep: the trials without a record run on resume."""
     from ray import tune
 
     class Stop(tune.Stopper):
@@ -520,15 +548,16 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
             attempts = self.attempts.pop(trial.trial_id, 0)
             if self.stopped:  # the sweep is ending: this trial runs again on resume
                 return None
+            where = calibration.folder(results) if trial.config["point"]["calibration"] else results
             try:
-                path = write_record(results, make_record(
+                path = write_record(where, make_record(
                     _point(trial), status, reason, history, model_summary, attempts=attempts,
                     worker_node_ips=worker_node_ips, link=_link(emulation, _point(trial)),
                     traceback=traceback, sources=sources))
             except OSError as error:
                 self.stopped = True
                 progress.note(f"warning: could not write the record of {_trial_name(trial)} in "
-                              f"{trials_dir(results)}: {error.strerror or error}; stopping the sweep (the records "
+                              f"{trials_dir(where)}: {error.strerror or error}; stopping the sweep (the records "
                               "written so far are safe)")
                 return None
             progress.finished_trial(_trial_name(trial), status, reason, history)

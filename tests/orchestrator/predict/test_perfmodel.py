@@ -47,6 +47,22 @@ def test_flat_collectives_on_two_links():
     assert perfmodel.flat_alltoall_s(3e5, one_host) == pytest.approx(3e5 / 3e11, rel=1e-12)
 
 
+def test_a_host_whose_workers_share_one_link_sends_across_at_its_share():
+    shared = perfmodel.Cluster(2, 2, INTER, INTRA, shared_link=True)
+    assert shared.across == perfmodel.Link(6.25e6, 1e-3)  # each of the 2 workers gets half of 12.5 MB/s
+    assert TWO_BY_TWO.across == INTER
+    # all_gather of 100 kB a rank: the 2 payloads from the other host at half the rate (2 ms + 2 x 16 ms)
+    assert perfmodel.flat_allgather_s(1e5, shared) == pytest.approx(2e-3 + 0.032, rel=1e-12)
+    # all_to_all sending 300 kB: 2/3 of it across at half the rate (2 ms + 32 ms)
+    assert perfmodel.flat_alltoall_s(3e5, shared) == pytest.approx(2e-3 + 0.032, rel=1e-12)
+    # a ring puts one rank of a host on each link between hosts: nothing shared
+    assert perfmodel.flat_ring_allreduce_s(1e6, shared, 1e9) == perfmodel.flat_ring_allreduce_s(1e6, TWO_BY_TWO, 1e9)
+    # one worker per host: the one link is its own
+    single = perfmodel.Cluster(4, 1, INTER, INTER, shared_link=True)
+    assert single.across == INTER
+    assert perfmodel.flat_allgather_s(1e5, single) == perfmodel.flat_allgather_s(1e5, perfmodel.Cluster.flat(4, INTER))
+
+
 def test_hierarchical_average_of_a_1mb_bucket():
     # H = 2 hosts x G = 2, a 1 MB fp32 bucket: a reduce-scatter inside the host ((G-1)/G of it sent at 300 GB/s,
     # as much summed at 1 GB/s); each local rank's half compressed 8x (62.5 kB) across the hosts, where its sra

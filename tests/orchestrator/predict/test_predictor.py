@@ -809,3 +809,62 @@ def test_predict_cli_on_hosts_of_several_workers_and_its_refusals(tmp_path, monk
     assert cli.main([*argv, "--intra_bandwidth", "900gbit"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == \
         f"saved {folder / 'predictions' / '1gbit_4w_5us_overlap-true_x1.csv'}"
+
+
+def test_a_hosts_shared_link_lets_one_workers_wait_overlap_the_others_bytes():
+    step = predictor.Plan(0.0, 0.0, 0.0, [(0.0, 0.0, 0.0, [("all_to_all", 3000)])], 0.0, 0.0, overlap=False)
+    inside = perfmodel.Link(1e9)
+    shared = perfmodel.Cluster(2, 2, perfmodel.Link(1e6, 1e-4), inside, shared_link=True)
+    # idle: 2/3 of the 3000 B to the other host at half the host's 1 MB/s, 2 messages of 0.1 ms
+    assert predictor.predict_step(step, shared, 1e9)["comm_s"] == pytest.approx(2e-4 + 2000 / 5e5, rel=1e-12)
+
+    def loaded(alpha):
+        return perfmodel.Cluster(2, 2, perfmodel.Link(1e6, alpha), inside)
+
+    # each message waits 5 ms for its peer: longer than the bytes on the shared link, so the waits set it
+    assert predictor.predict_step(step, shared, 1e9, loaded(5e-3))["comm_s"] == pytest.approx(0.01 + 2e-3, rel=1e-12)
+    # waits of 1 ms hide behind the other worker's bytes on the shared link
+    assert predictor.predict_step(step, shared, 1e9, loaded(1e-3))["comm_s"] == pytest.approx(4.2e-3, rel=1e-12)
+    # a link of each worker's own: the loaded latency replaces the idle one, below it too
+    own = perfmodel.Cluster.flat(4, perfmodel.Link(1e6, 1e-4))
+    assert predictor.predict_step(step, own, 1e9, perfmodel.Cluster.flat(4, perfmodel.Link(1e6, 1e-5)))[
+        "comm_s"] == pytest.approx(3e-5 + 3000 / 1e6, rel=1e-12)
+
+
+def test_a_hierarchical_trial_on_emulated_hosts_is_predicted_from_its_codecs_sra_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    qsgd = {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}
+    hier = {**qsgd, "algorithm": "hierarchical", "num_workers": 4, "overlap": False}
+    link = {"hosts": 2, "workers_per_host": 2, "bandwidth": "8mbit", "calibrated_bps": 8e6,
+            "calibrated_latency_s": 1e-3, "unshaped_bps": 8e9}
+    trials = predictor.read_trials(write_folder(tmp_path, [
+        ({}, ONE),
+        (qsgd, {**ONE, "encode_s": 0.002, "decode_s": 0.001}),
+        (hier, ONE),
+        ({**hier, "inter": "allgather"}, ONE),  # its hosts exchange by all_gather: not modelled
+        ({**hier, "num_workers": 3}, ONE),  # does not fill its hosts evenly: not the algorithm modelled
+    ], links={2: link, 3: link, 4: link}))
+    configs = {c.key: c for c in predictor.configurations(trials)[0]}
+    assert predictor.input_for(configs, trials[3][0]["settings"]) is None
+    made = predictor.input_for(configs, trials[2][0]["settings"])
+    assert made.key == predictor.step_key(trials[2][0]["settings"])
+    assert (made.encode_s, made.decode_s) == (0.002, 0.001)
+    predicted = predictor.trial_predictions(trials, cpu_count=2)
+    assert list(predicted) == ["t2"]
+    step = predicted["t2"]
+    # 4 workers of one thread on 2 cores: 2x; a rank encodes a 2-host sra's (1 + 1/2) / 2 of its half of the
+    # gradient and decodes its half
+    assert step["compute_s"] == pytest.approx(0.016, rel=1e-12)
+    assert step["encode_s"] == pytest.approx(0.002 * 2 * 0.75 / 2, rel=1e-12)
+    assert step["decode_s"] == pytest.approx(0.001 * 2 / 2, rel=1e-12)
+    cluster = perfmodel.Cluster(2, 2, perfmodel.Link(1e6, 1e-3), perfmodel.Link(1e9), shared_link=True)
+    plan = predictor.plan(made, PROFILE, 0.008, 4, False, predictor.DeviceScale.uniform(2.0), 2)
+    assert step == predictor.predict_step(plan, cluster, 1e9)
+
+
+def test_a_hierarchical_sharing_trials_device_scale_is_over_what_the_plan_takes():
+    factors = {"compute_s": 1.5, "encode_s": 0.75, "decode_s": 1.0}
+    # 4 workers, 2 per host: the plan takes (1 + 1/2) / 2 / 2 of the one-worker encode and 1/2 of its decode
+    assert sharing.device_scale("hierarchical", 4, factors, world=True, workers_per_host=2) == \
+        predictor.DeviceScale(1.5, pytest.approx(2.0), 2.0)
