@@ -182,7 +182,7 @@ def read_table(results: Path, records: list[dict[str, Any]]) -> pd.DataFrame:
 
 def config_name(settings: dict[str, Any]) -> str:
     params = settings["compressor_params"] or {}
-    return config_label({**settings, **params}, [*params, "algorithm"])
+    return config_label({**settings, **params}, [*params, "algorithm", "intra", "inter"])
 
 
 def step_key(settings: dict[str, Any]) -> tuple[str, str]:
@@ -326,8 +326,8 @@ def bucket_traffic(config: Configuration, shapes: list[tuple[int, ...]], p: int,
     if algorithm == "sra":
         return traffic + _sra_traffic(codec, list(enumerate(large)), p)
     # hierarchical: local rank g's share of each tensor, cut as hierarchical_compressed cuts it, then the
-    # sra of those pieces among the hosts; the local ranks run theirs at once, and the busiest one's bytes
-    # (collective by collective) set the pace
+    # sra (or all_gather: ``inter``) of those pieces among the hosts; the local ranks run theirs at once, and
+    # the busiest one's bytes (collective by collective) set the pace
     g = workers_per_host
     pieces: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in range(g)]
     for index, x in enumerate(large):
@@ -335,10 +335,13 @@ def bucket_traffic(config: Configuration, shapes: list[tuple[int, ...]], p: int,
         for rank, bounds in enumerate(collectives.split(x, g, index, axis)):
             if bounds[1] > bounds[0]:  # a one-row tensor goes whole to one local rank
                 pieces[rank].append((index, collectives.chunk_shape(x, bounds, axis)))
-    across = [_sra_traffic(codec, mine, p // g) for mine in pieces]
+    if (s.get("inter") or "sra") == "allgather":
+        across = [[("all_gather", sum(codec.payload_nbytes(x) for _, x in mine))] for mine in pieces]
+    else:
+        across = [_sra_traffic(codec, mine, p // g) for mine in pieces]
     busiest = [(f"inter_{kind}", max(rank[i][1] for rank in across)) for i, (kind, _) in enumerate(across[0])]
     # the intra phases at the intra precision, split evenly (their bytes are cheap, their padding ignored)
-    intra = CAST_ITEMSIZE[s["intra"]] * sum(math.prod(x) for x in large)
+    intra = CAST_ITEMSIZE[s.get("intra") or "fp32"] * sum(math.prod(x) for x in large)
     return traffic + [("intra_reduce_scatter", intra), *busiest, ("intra_all_gather", intra / g)]
 
 
@@ -414,9 +417,9 @@ def plan(config: Configuration, prof: Profile, compute_s: float, p: int, overlap
         encode *= (1 + 1 / p) / 2
     elif s["algorithm"] == "allgather":
         decode *= p
-    elif s["algorithm"] == "hierarchical":  # an sra among the hosts on 1/G of the elements
-        encode *= (1 + 1 / (p // workers_per_host)) / 2 / workers_per_host
-        decode /= workers_per_host
+    elif s["algorithm"] == "hierarchical":  # an sra (or all_gather) among the hosts on 1/G of the elements
+        encode *= hierarchical_encode_share(p, workers_per_host, s.get("inter"))
+        decode *= hierarchical_decode_share(p, workers_per_host, s.get("inter"))
     buckets = []
     for idx in buckets_of(shapes, s["bucket_cap_mb"]):
         share = sum(compressible[i] for i in idx) / total
@@ -428,25 +431,32 @@ def plan(config: Configuration, prof: Profile, compute_s: float, p: int, overlap
 
 
 def predict_step(step: Plan, cluster: perfmodel.Cluster, reduce: float,
-                 loaded: perfmodel.Cluster | None = None) -> dict[str, float]:
+                 latency_s: float | None = None) -> dict[str, float]:
     """Predicted step of a planned configuration on ``cluster`` (the shape it was planned for);
-    ``messages``: how many latencies it pays. ``loaded``: where hosts share one machine's cores, the same
-    cluster with its latency per message under that load (its peers take each message late) in place of
-    the idle links', and a link of each worker's own. The communication is its time on ``loaded``; where
-    the workers of a host share its link, one worker's wait overlaps the bytes the others send, and a
-    bucket's communication takes the longer of its times on ``cluster`` and on ``loaded``."""
-    def comm(traffic: Traffic) -> float:
-        if loaded is None:
-            return comm_s(traffic, cluster, reduce)
-        waiting = comm_s(traffic, loaded, reduce)
-        return max(comm_s(traffic, cluster, reduce), waiting) if cluster.across != cluster.inter else waiting
-
-    buckets = [perfmodel.Bucket(ready, enc, comm(traffic), dec) for ready, enc, dec, traffic in step.buckets]
-    time_s = perfmodel.step_time(step.fwd_s, step.bwd_s, step.opt_s, buckets, step.overlap)
+    ``messages``: how many latencies it pays. ``latency_s``: where hosts share one machine's cores, the
+    latency per message under that load (its peers take each message late). On links of each worker's
+    own it is the links' latency; where the workers of a host share its link, one worker's waits overlap
+    the bytes the others send, and a bucket's communication takes the longer of its time on ``cluster``
+    and its messages' waits."""
     # messages in turn: the communication at a latency of 1 s and no time per byte, on either link
     counting = perfmodel.Link(math.inf, 1.0)
-    messages = sum(comm_s(traffic, replace(cluster, inter=counting, intra=counting), math.inf)
-                   for *_, traffic in step.buckets)
+    counts = [comm_s(traffic, replace(cluster, inter=counting, intra=counting), math.inf)
+              for *_, traffic in step.buckets]
+
+    def comm(traffic: Traffic, messages: float) -> float:
+        if latency_s is None:
+            return comm_s(traffic, cluster, reduce)
+        if cluster.across != cluster.inter:  # a host's link shared by its workers
+            return max(comm_s(traffic, cluster, reduce), messages * latency_s)
+        # a link per worker (a flat cluster's one link is both of its links)
+        own = replace(cluster.inter, latency=latency_s)
+        return comm_s(traffic, replace(cluster, inter=own, intra=own if cluster.workers_per_host == 1
+                                       else cluster.intra), reduce)
+
+    buckets = [perfmodel.Bucket(ready, enc, comm(traffic, n), dec)
+               for (ready, enc, dec, traffic), n in zip(step.buckets, counts)]
+    time_s = perfmodel.step_time(step.fwd_s, step.bwd_s, step.opt_s, buckets, step.overlap)
+    messages = sum(counts)
     return {"predicted_step_time_s": time_s, "compute_s": step.fwd_s + step.bwd_s + step.opt_s,
             "comm_s": sum(b.comm_s for b in buckets), "encode_s": step.encode_s, "decode_s": step.decode_s,
             "messages": messages}
@@ -536,24 +546,35 @@ def cluster(num_workers: int, workers_per_host: int, bandwidth_bps: float, laten
                              perfmodel.Link(bandwidth_bps / 8, latency_s), perfmodel.Link(intra_bandwidth_bps / 8))
 
 
-def hierarchical(config: Configuration, intra: str = "fp32") -> Configuration:
-    """The hierarchical variant of an sra configuration, ``intra`` inside a host (the reducer's default fp32):
-    the same codec and its one-worker times."""
-    settings = {**config.settings, "algorithm": "hierarchical", "intra": intra}
+def hierarchical(config: Configuration, intra: str | None = None, inter: str | None = None) -> Configuration:
+    """The hierarchical variant of an sra configuration, ``intra`` inside a host and ``inter`` among the hosts
+    (None: the reducer's defaults, fp32 and sra): the same codec and its one-worker times."""
+    settings = {**config.settings, "algorithm": "hierarchical", "intra": intra, "inter": inter}
     return replace(config, label=config_name(settings), settings=settings)
+
+
+def hierarchical_encode_share(p: int, workers_per_host: int, inter: str | None) -> float:
+    """What a rank of the hierarchical algorithm encodes, over one worker's whole gradient: an sra among the
+    p / G hosts on 1/G of the elements encodes (1 + G/p) / 2 of that, an all_gather all of it, once."""
+    G = workers_per_host
+    return 1 / G if inter == "allgather" else (1 + 1 / (p // G)) / 2 / G
+
+
+def hierarchical_decode_share(p: int, workers_per_host: int, inter: str | None) -> float:
+    """What a rank of the hierarchical algorithm decodes, over one worker's whole gradient: an sra's 1/G,
+    an all_gather's p / G hosts' payloads of 1/G each."""
+    G = workers_per_host
+    return (p // G) / G if inter == "allgather" else 1 / G
 
 
 def input_for(configs: Mapping[tuple[str, str], Configuration], settings: dict[str, Any]) -> Configuration | None:
     """The configuration, with its one-worker times, that predicts a trial of ``settings``: its own; for a
-    hierarchical trial (one worker compresses nothing), its codec's sra configuration made hierarchical at
-    the trial's ``intra``; None where there is none, or the trial's hosts exchange by all_gather (``inter``),
-    which the model does not know."""
+    hierarchical trial (one worker compresses nothing), its codec's sra configuration made hierarchical with
+    the trial's ``intra`` and ``inter``; None where there is none."""
     if settings["algorithm"] != "hierarchical":
         return configs.get(step_key(settings))
-    sra = configs.get(step_key({**settings, "algorithm": "sra"}))
-    if sra is None or (settings.get("inter") or "sra") != "sra":
-        return None
-    return hierarchical(sra, settings.get("intra") or "fp32")
+    sra = configs.get(step_key({**settings, "algorithm": "sra", "intra": None, "inter": None}))
+    return None if sra is None else hierarchical(sra, settings.get("intra"), settings.get("inter"))
 
 
 def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: float, overlap: bool = True,
@@ -748,12 +769,9 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
         emulated = emulated_cluster(p, link, perfmodel.Link(rate, link.get("calibrated_latency_s") or 0.0))
         if s["algorithm"] == "hierarchical" and emulated.workers_per_host == 1:
             continue  # its ranks did not fill their hosts evenly: not the algorithm the model knows
-        loaded = None
-        if latency is not None and (config.key, p) in latency:
-            loaded = replace(emulated_cluster(p, link, perfmodel.Link(rate, latency[config.key, p])), shared_link=False)
         step = plan(config, prof, fp32.compute_s, p, s["overlap"], scale, emulated.workers_per_host)
         reduce = reduce_bps() if reduce is None else reduce
-        predicted = predict_step(step, emulated, reduce, loaded)
+        predicted = predict_step(step, emulated, reduce, (latency or {}).get((config.key, p)))
         floor = (busy or {}).get((config.key, p, bool(s["overlap"])), 0.0)
         out[record["trial_id"]] = {**predicted, "predicted_step_time_s": max(predicted["predicted_step_time_s"], floor)}
     return out

@@ -34,21 +34,22 @@ def factors(times: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
 
 
 def device_scale(algorithm: str, k: int, factors: dict[str, float], world: bool,
-                 workers_per_host: int = 1) -> DeviceScale:
+                 workers_per_host: int = 1, inter: str | None = None) -> DeviceScale:
     """A configuration's device scale at ``k`` workers from its factors per phase (time at k over time
     alone; NaN: a phase it does not have, 1x). An allreduce hook's encode and decode are its one-worker
     exposed time (``predictor.plan``): they scale as it does, or, where the k formed one world (that time
     then holds the collective), as its compute does. In one world an sra encodes its server chunk, a 1/k
     part, where alone it encoded the whole: the encode factor is divided by what ``predictor.plan`` already
-    takes for that, (1 + 1/k) / 2; a hierarchical one's rank encodes and decodes what an sra among the
-    k / G hosts does on 1/G of the elements (``workers_per_host`` G), as ``predictor.plan`` takes too."""
+    takes for that, (1 + 1/k) / 2; a hierarchical one's rank encodes and decodes what an sra (or an
+    all_gather: ``inter``) among the k / G hosts does on 1/G of the elements (``workers_per_host`` G), as
+    ``predictor.plan`` takes too."""
     if algorithm == "allreduce":
         codec = (factors["compute_s" if world else "exposed_comm_s"],) * 2
     elif world and algorithm == "sra":
         codec = (factors["encode_s"] / ((1 + 1 / k) / 2), factors["decode_s"])
     elif world and algorithm == "hierarchical":
-        G = workers_per_host
-        codec = (factors["encode_s"] / ((1 + 1 / (k // G)) / 2 / G), factors["decode_s"] * G)
+        codec = (factors["encode_s"] / predictor.hierarchical_encode_share(k, workers_per_host, inter),
+                 factors["decode_s"] / predictor.hierarchical_decode_share(k, workers_per_host, inter))
     else:
         codec = (factors["encode_s"], factors["decode_s"])
     return DeviceScale(*(f if math.isfinite(f) else 1.0 for f in (factors["compute_s"], *codec)))
@@ -107,20 +108,21 @@ def sharing_inputs(sharing: Trials, inputs: Trials, reduce: float | None = None)
             busy.setdefault((*at(record), bool(record["settings"]["overlap"])), []).append(
                 float(row["step_time_s"]) * (1 - idle))
     factors: dict[tuple[tuple[str, str], int], list[dict[str, float]]] = {}
-    shape: dict[tuple[tuple[str, str], int], tuple[str, int]] = {}  # algorithm, workers per host
+    shape: dict[tuple[tuple[str, str], int], tuple[str, int, str | None]] = {}  # algorithm, per host, inter
     for record, row in serial:
         config = predictor.input_for(configs, record["settings"])
         alone = {"compute_s": config.compute_s, "encode_s": config.encode_s, "decode_s": config.decode_s}
         factors.setdefault(at(record), []).append(
             {phase: float(row[phase]) / t if t > 0 else math.nan for phase, t in alone.items()})
         shape[at(record)] = (config.settings["algorithm"],
-                             predictor.emulated_workers_per_host(at(record)[1], record.get("link") or {}))
+                             predictor.emulated_workers_per_host(at(record)[1], record.get("link") or {}),
+                             config.settings.get("inter"))
     scales = {}
     for (key, k), runs in factors.items():
         # a phase a configuration does not have stays NaN, which device_scale takes as 1x
         median = {phase: finite_median(f[phase] for f in runs) for phase in runs[0]}
-        algorithm, per_host = shape[key, k]
-        scales[key, k] = device_scale(algorithm, k, median, world=True, workers_per_host=per_host)
+        algorithm, per_host, inter = shape[key, k]
+        scales[key, k] = device_scale(algorithm, k, median, world=True, workers_per_host=per_host, inter=inter)
     # What a hook's measured communication has beyond the link model's time for its bytes is its messages'
     # latency under this load; plain DDP's communication is not timed: its latency is the one at which
     # the model gives its measured step time.

@@ -686,7 +686,9 @@ TWO_BY_TWO = perfmodel.Cluster(2, 2, perfmodel.Link(12.5e6, 1e-3), perfmodel.Lin
 def test_hierarchical_traffic_of_a_1mb_bucket():
     sra = predictor.Configuration("qsgd", {**SETTINGS, **QSGD}, 0.008, 0.002, 0.001, 0.0)
     tiered = predictor.hierarchical(sra)
-    assert (tiered.settings["algorithm"], tiered.settings["intra"]) == ("hierarchical", "fp32")
+    # the reducer's defaults inside and among the hosts: fp32 and sra
+    assert (tiered.settings["algorithm"], tiered.settings["intra"], tiered.settings["inter"]) == \
+        ("hierarchical", None, None)
     assert tiered.label == "qsgd bits=4 algorithm=hierarchical" and tiered.key != sra.key
     codec = predictor.compressors.get("qsgd", bits=4)
     assert codec.payload_nbytes((125, 500)) == 31798  # qsgd's 4 bits of 62500 entries, its norms and header
@@ -697,6 +699,13 @@ def test_hierarchical_traffic_of_a_1mb_bucket():
     assert predictor.bucket_traffic(tiered, shapes, 4, 2) == [
         ("ring", 40), ("intra_reduce_scatter", 1e6), ("inter_all_to_all", 31798), ("inter_all_gather", 31798),
         ("intra_all_gather", 5e5)]
+    # among the hosts by all_gather: each local rank's half, encoded whole (2 x 31798 B), gathered from the other
+    # host; at fp16 inside, half the intra bytes
+    gathered = predictor.hierarchical(sra, "fp16", "allgather")
+    assert gathered.label == "qsgd bits=4 algorithm=hierarchical intra=fp16 inter=allgather"
+    assert predictor.bucket_traffic(gathered, shapes, 4, 2) == [
+        ("ring", 40), ("intra_reduce_scatter", 5e5), ("inter_all_gather", codec.payload_nbytes((250, 500))),
+        ("intra_all_gather", 2.5e5)]
     # flat sra: 4 chunks of 125 rows, 3 sent, 1 gathered from each rank
     assert predictor.bucket_traffic(sra, shapes, 4) == [("ring", 40), ("all_to_all", 3 * 31798),
                                                         ("all_gather", 31798)]
@@ -813,22 +822,17 @@ def test_predict_cli_on_hosts_of_several_workers_and_its_refusals(tmp_path, monk
 
 def test_a_hosts_shared_link_lets_one_workers_wait_overlap_the_others_bytes():
     step = predictor.Plan(0.0, 0.0, 0.0, [(0.0, 0.0, 0.0, [("all_to_all", 3000)])], 0.0, 0.0, overlap=False)
-    inside = perfmodel.Link(1e9)
-    shared = perfmodel.Cluster(2, 2, perfmodel.Link(1e6, 1e-4), inside, shared_link=True)
-    # idle: 2/3 of the 3000 B to the other host at half the host's 1 MB/s, 2 messages of 0.1 ms
-    assert predictor.predict_step(step, shared, 1e9)["comm_s"] == pytest.approx(2e-4 + 2000 / 5e5, rel=1e-12)
-
-    def loaded(alpha):
-        return perfmodel.Cluster(2, 2, perfmodel.Link(1e6, alpha), inside)
-
-    # each message waits 5 ms for its peer: longer than the bytes on the shared link, so the waits set it
-    assert predictor.predict_step(step, shared, 1e9, loaded(5e-3))["comm_s"] == pytest.approx(0.01 + 2e-3, rel=1e-12)
-    # waits of 1 ms hide behind the other worker's bytes on the shared link
-    assert predictor.predict_step(step, shared, 1e9, loaded(1e-3))["comm_s"] == pytest.approx(4.2e-3, rel=1e-12)
-    # a link of each worker's own: the loaded latency replaces the idle one, below it too
+    shared = perfmodel.Cluster(2, 2, perfmodel.Link(1e6, 1e-4), perfmodel.Link(1e9), shared_link=True)
+    # idle: 2/3 of the 3000 B to the other host at half the host's 1 MB/s, 2 messages in turn of 0.1 ms
+    idle = predictor.predict_step(step, shared, 1e9)
+    assert (idle["comm_s"], idle["messages"]) == (pytest.approx(2e-4 + 2000 / 5e5, rel=1e-12), 2)
+    # each message waits 5 ms for its peer under load: longer than the bytes on the shared link, the waits set it
+    assert predictor.predict_step(step, shared, 1e9, 5e-3)["comm_s"] == pytest.approx(0.01, rel=1e-12)
+    # waits of 1 ms hide behind the bytes on the shared link
+    assert predictor.predict_step(step, shared, 1e9, 1e-3)["comm_s"] == pytest.approx(4.2e-3, rel=1e-12)
+    # a link of each worker's own: the latency under load is the link's, in place of the idle one, below it too
     own = perfmodel.Cluster.flat(4, perfmodel.Link(1e6, 1e-4))
-    assert predictor.predict_step(step, own, 1e9, perfmodel.Cluster.flat(4, perfmodel.Link(1e6, 1e-5)))[
-        "comm_s"] == pytest.approx(3e-5 + 3000 / 1e6, rel=1e-12)
+    assert predictor.predict_step(step, own, 1e9, 1e-5)["comm_s"] == pytest.approx(3e-5 + 3000 / 1e6, rel=1e-12)
 
 
 def test_a_hierarchical_trial_on_emulated_hosts_is_predicted_from_its_codecs_sra_alone(tmp_path, monkeypatch):
@@ -842,16 +846,20 @@ def test_a_hierarchical_trial_on_emulated_hosts_is_predicted_from_its_codecs_sra
         ({}, ONE),
         (qsgd, {**ONE, "encode_s": 0.002, "decode_s": 0.001}),
         (hier, ONE),
-        ({**hier, "inter": "allgather"}, ONE),  # its hosts exchange by all_gather: not modelled
+        ({**hier, "inter": "allgather"}, ONE),  # its hosts exchange by all_gather
         ({**hier, "num_workers": 3}, ONE),  # does not fill its hosts evenly: not the algorithm modelled
     ], links={2: link, 3: link, 4: link}))
     configs = {c.key: c for c in predictor.configurations(trials)[0]}
-    assert predictor.input_for(configs, trials[3][0]["settings"]) is None
     made = predictor.input_for(configs, trials[2][0]["settings"])
     assert made.key == predictor.step_key(trials[2][0]["settings"])
     assert (made.encode_s, made.decode_s) == (0.002, 0.001)
+    gathered = predictor.input_for(configs, trials[3][0]["settings"])
+    assert gathered.key == predictor.step_key(trials[3][0]["settings"]) != made.key
     predicted = predictor.trial_predictions(trials, cpu_count=2)
-    assert list(predicted) == ["t2"]
+    assert list(predicted) == ["t2", "t3"]
+    # by all_gather, a rank encodes its half once and decodes both hosts' halves
+    assert predicted["t3"]["encode_s"] == pytest.approx(0.002 * 2 / 2, rel=1e-12)
+    assert predicted["t3"]["decode_s"] == pytest.approx(0.001 * 2 * 2 / 2, rel=1e-12)
     step = predicted["t2"]
     # 4 workers of one thread on 2 cores: 2x; a rank encodes a 2-host sra's (1 + 1/2) / 2 of its half of the
     # gradient and decodes its half
@@ -868,3 +876,26 @@ def test_a_hierarchical_sharing_trials_device_scale_is_over_what_the_plan_takes(
     # 4 workers, 2 per host: the plan takes (1 + 1/2) / 2 / 2 of the one-worker encode and 1/2 of its decode
     assert sharing.device_scale("hierarchical", 4, factors, world=True, workers_per_host=2) == \
         predictor.DeviceScale(1.5, pytest.approx(2.0), 2.0)
+    # by all_gather among the hosts, 1/2 of the encode and 2 halves' decode
+    assert sharing.device_scale("hierarchical", 4, factors, world=True, workers_per_host=2, inter="allgather") == \
+        predictor.DeviceScale(1.5, pytest.approx(1.5), 1.0)
+
+
+def test_an_emulated_sweeps_calibration_trials_are_its_predictions_inputs(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    qsgd = {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}
+    link = {"hosts": 4, "bandwidth": "8mbit", "calibrated_bps": 8e6, "calibrated_latency_s": 1e-3}
+    (tmp_path / "grid").mkdir()
+    grid = predictor.read_trials(write_folder(tmp_path / "grid", [
+        ({}, ONE), ({**qsgd, "num_workers": 4, "overlap": False}, ONE)], links={1: link}))
+    # no one-worker qsgd trial in the grid: nothing to predict it from
+    assert sharing.emulated_predictions(grid, [], cpu_count=2) == {}
+    (tmp_path / "calibration").mkdir()
+    alone = predictor.read_trials(write_folder(tmp_path / "calibration", [
+        ({**qsgd, "overlap": False}, {**ONE, "encode_s": 0.002, "decode_s": 0.001})]))
+    predicted = sharing.emulated_predictions(grid, alone, cpu_count=2)
+    assert list(predicted) == ["t1"]
+    # no sharing trials among them: the sharing is guessed from threads per core, as without calibration
+    assert predicted == predictor.trial_predictions(grid, [*grid, *alone], cpu_count=2)
+    assert predicted["t1"]["encode_s"] == pytest.approx(0.002 * 2 * (1 + 1 / 4) / 2, rel=1e-12)
