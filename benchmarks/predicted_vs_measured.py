@@ -32,8 +32,10 @@ def cells(trials: pd.DataFrame) -> list[dict[str, Any]]:
     for key, group in ok.groupby(CELL, sort=False):
         measured = statistics.median(group["step_time_s"])
         predicted = statistics.median(group["predicted_step_time_s"])
-        rows.append({**dict(zip(CELL, key)), "trials": len(group), "measured_s": measured,
-                     "predicted_s": predicted, "error": predicted / measured - 1})
+        configuration, workers, bandwidth, overlap = key
+        rows.append({"configuration": configuration, "num_workers": int(workers), "bandwidth": str(bandwidth),
+                     "overlap": bool(overlap), "trials": len(group), "measured_s": float(measured),
+                     "predicted_s": float(predicted), "error": float(predicted / measured - 1)})
     return rows
 
 
@@ -63,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     by = ", ".join(f"{b} {100 * e:.1f}%" for b, e in found["by_bandwidth"].items())
     print(f"median |error| {100 * found['median_abs_error']:.1f}% over {found['cells']} cells ({by})")
     if args.json:
-        write_atomic(args.json, json.dumps({"results": str(args.results), "cells": rows, "summary": found},
-                                           indent=1, default=str))
+        write_atomic(args.json, json.dumps({"results": str(args.results), "cells": rows, "summary": found}, indent=1))
     return 0
 
 

@@ -52,7 +52,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .study import calibration
+from .study import predictor_inputs
 from .study.sweep_file import SweepFileError, Sweep, load_sweep
 
 _DRIVER_GRACE_S = 60.0  # an interrupted driver's time to write its records and tables
@@ -323,10 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "validate" or args.dry_run:
         print(f"{sweep.name}: {len(sweep.trials)} trials from {sweep.path}")
         print(format_trials(sweep.trials))
-        measuring = calibration.calibration_trials(sweep.trials)
+        measuring = predictor_inputs.predictor_input_trials(sweep.trials)
         if measuring:
-            print(f"then, on an emulated cluster, {len(measuring)} calibration trials for the step-time predictions "
-                  f"(those at {calibration.SHARING_BANDWIDTH} where its links carry that and trials run one at a time):")
+            print(f"then, on an emulated cluster, {len(measuring)} predictor inputs for the step-time predictions "
+                  f"(those at {predictor_inputs.SHARING_BANDWIDTH} where its links carry that and trials run one at "
+                  "a time):")
             print(format_trials(measuring))
         return 0
     problem = _job_results_problem(args.results, sweep.name)

@@ -8,9 +8,12 @@ completion, ``pipeline.Pipeline`` overlapped. Phase k's collective goes over
 gives the same result on every rank (decoded values are summed in rank order
 everywhere), runs on gloo with CPU tensors and on NCCL with CUDA tensors. All
 tensors of one call travel in one collective per phase; on gloo, a large
-all_to_all or all_gather goes as point-to-point messages with the receives
-posted first (``compressors.comm.exchange``: gloo's own collectives reach half the
-link rate), the same bytes to the same places.
+all_to_all or all_gather over a shaped link goes as point-to-point messages with
+the receives posted first (``compressors.comm.exchange``: gloo's own collectives
+reach half the link rate), the same bytes to the same places. The hierarchical
+algorithm's phases inside a host take gloo's own collectives: no link there is
+shaped, and an exchange costs a send or receive call per peer from Python (and a
+thread, overlapped).
 """
 from __future__ import annotations
 
@@ -66,7 +69,7 @@ _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 def _gather_into(out: torch.Tensor, mine: torch.Tensor, world: int, group: dist.ProcessGroup | None,
                  exchange_ok: bool = True) -> dist.Work | exchange.Exchange | None:
     """All-gather ``mine`` (the same size on every rank) into ``out``; its work. ``exchange_ok`` False:
-    gloo's own collective whatever the size (a group inside one host shares no shaped link)."""
+    gloo's own collective whatever the size (inside a host: see the module's docstring)."""
     if world == 1:
         out.copy_(mine)
         return None
@@ -187,7 +190,7 @@ def _rows_or_columns(matrix: torch.Tensor, bounds: tuple[int, int], axis: int) -
 
 def _chunk(matrix: torch.Tensor, bounds: tuple[int, int], axis: int, flat: bool) -> torch.Tensor:
     # A column range is not contiguous; the compressors take contiguous input.
-    piece = matrix[bounds[0]:bounds[1]] if axis == 0 else matrix[:, bounds[0]:bounds[1]].contiguous()
+    piece = _rows_or_columns(matrix, bounds, axis).contiguous()
     # A 0-D/1-D tensor's single row is encoded 1-D, as a whole tensor would be: as a (1, n) matrix its
     # columns would be n groups of one entry for the column-grouping methods.
     return piece.reshape(-1) if flat else piece
@@ -338,10 +341,11 @@ def hierarchical_compressed(tensors: list[torch.Tensor], keys: list[int], compre
     # pass). Divide before summing, as DDP does: a 16-bit sum can overflow where the mean fits.
     send = torch.empty(sum(send_sizes), dtype=intra_dtype, device=device)
     base = 0
+    matrices = [t.reshape(shape2) for t, (_, shape2, *_) in zip(tensors, layout)]
     for j in range(G):
-        for t, (_, shape2, bounds, axis, sizes), start in zip(tensors, layout, at[j]):
+        for matrix, (*_, bounds, axis, sizes), start in zip(matrices, layout, at[j]):
             if sizes[j]:
-                piece = _rows_or_columns(t.reshape(shape2), bounds[j], axis)
+                piece = _rows_or_columns(matrix, bounds[j], axis)
                 if piece.dtype != torch.float32:
                     piece = piece.to(torch.float32)
                 torch.div(piece, G, out=send[base + start:base + start + sizes[j]].view(piece.shape))
@@ -351,7 +355,7 @@ def hierarchical_compressed(tensors: list[torch.Tensor], keys: list[int], compre
     work = None
     if G == 1:
         recv.copy_(send)
-    else:  # inside a host: no shaped link to share, so gloo's own collective (see exchange)
+    else:  # inside a host, gloo's own collective (see the module's docstring)
         work = dist.all_to_all_single(recv, send, output_split_sizes=[mine_numel] * G,
                                       input_split_sizes=send_sizes, group=hierarchy.intra[0], async_op=True)
     phases.collective((yield work))
@@ -383,13 +387,14 @@ def hierarchical_compressed(tensors: list[torch.Tensor], keys: list[int], compre
     phases.charge("encode")
     phases.collective((yield _gather_into(gathered, mine, G, hierarchy.intra[-1], exchange_ok=False)))
     for i, (t, (_, shape2, bounds, axis, sizes)) in enumerate(zip(tensors, layout)):
-        whole = t.view(shape2) if t.is_contiguous() else torch.empty(shape2, dtype=t.dtype, device=device)
+        in_place = t.is_contiguous()
+        whole = t.view(shape2) if in_place else torch.empty(shape2, dtype=t.dtype, device=device)
         for j in range(G):
             if sizes[j]:
                 start = j * width + at[j][i]
                 target = _rows_or_columns(whole, bounds[j], axis)
                 target.copy_(gathered[start:start + sizes[j]].view(target.shape))
-        if whole.data_ptr() != t.data_ptr():
+        if not in_place:
             t.copy_(whole.reshape(t.shape))
     phases.charge("decode")
     stats.bytes_sent += accounting.allgather_bytes(width * itemsize, G)

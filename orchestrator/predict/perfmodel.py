@@ -22,7 +22,7 @@ the other hosts (``inter``: a NIC per worker, as GPU nodes have) and the link jo
 
 Where a host has one link to the others, shared by its G workers (``shared_link``: an emulated host, a
 node with one NIC), what its workers send across at once shares it: a flat all_gather's or all_to_all's
-bytes across, and the hierarchical algorithm's G sras among the hosts, each take G times as long. A
+bytes across, and the hierarchical algorithm's G exchanges among the hosts, each take G times as long. A
 flat ring puts one of a host's ranks on each link between hosts (its ranks are consecutive), so it
 shares nothing.
 

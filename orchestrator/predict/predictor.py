@@ -58,7 +58,7 @@ import workloads
 from compressors.comm import collectives
 
 from . import perfmodel
-from ..study import calibration
+from ..study import predictor_inputs
 from ..study.labels import config_label, config_labels
 from .profile import Profile, profile
 from ..study.records import RENAMED, read_records, write_atomic
@@ -132,10 +132,10 @@ def read_trials(results: Path) -> Trials:
     return pairs(records, read_table(results, records))
 
 
-def calibration_inputs(results: Path) -> Trials:
-    """The one-worker trials among the calibration trials of an emulated sweep in ``results``
-    (``orchestrator.study.calibration``); none where it has none."""
-    folder = calibration.folder(results)
+def inputs_alone(results: Path) -> Trials:
+    """The one-worker trials among the predictor inputs of an emulated sweep in ``results``
+    (``orchestrator.study.predictor_inputs``); none where it has none."""
+    folder = predictor_inputs.folder(results)
     if not (folder / "trials.csv").is_file():
         return []
     return [(r, row) for r, row in read_trials(folder) if r["settings"]["num_workers"] == 1]
@@ -446,7 +446,7 @@ def predict_step(step: Plan, cluster: perfmodel.Cluster, reduce: float,
     def comm(traffic: Traffic, messages: float) -> float:
         if latency_s is None:
             return comm_s(traffic, cluster, reduce)
-        if cluster.across != cluster.inter:  # a host's link shared by its workers
+        if cluster.shared_link and cluster.workers_per_host > 1:  # a host's link shared by its workers
             return max(comm_s(traffic, cluster, reduce), messages * latency_s)
         # a link per worker (a flat cluster's one link is both of its links)
         own = replace(cluster.inter, latency=latency_s)
@@ -554,17 +554,18 @@ def hierarchical(config: Configuration, intra: str | None = None, inter: str | N
 
 
 def hierarchical_encode_share(p: int, workers_per_host: int, inter: str | None) -> float:
-    """What a rank of the hierarchical algorithm encodes, over one worker's whole gradient: an sra among the
-    p / G hosts on 1/G of the elements encodes (1 + G/p) / 2 of that, an all_gather all of it, once."""
+    """What a rank of the hierarchical algorithm encodes, as a share of what the sra configuration's one-worker
+    trial encoded (the gradient twice: its chunks, then its server chunk): an sra among the H = p / G hosts
+    on 1/G of the elements encodes 1/G + 1/(G H) of a gradient, an all_gather 1/G, once."""
     G = workers_per_host
-    return 1 / G if inter == "allgather" else (1 + 1 / (p // G)) / 2 / G
+    return 1 / (2 * G) if inter == "allgather" else (1 + 1 / (p // G)) / 2 / G
 
 
 def hierarchical_decode_share(p: int, workers_per_host: int, inter: str | None) -> float:
-    """What a rank of the hierarchical algorithm decodes, over one worker's whole gradient: an sra's 1/G,
-    an all_gather's p / G hosts' payloads of 1/G each."""
+    """What a rank of the hierarchical algorithm decodes, as a share of what the sra configuration's one-worker
+    trial decoded (the gradient twice): an sra's 2/G of a gradient, an all_gather's H payloads of 1/G."""
     G = workers_per_host
-    return (p // G) / G if inter == "allgather" else 1 / G
+    return (p // G) / (2 * G) if inter == "allgather" else 1 / G
 
 
 def input_for(configs: Mapping[tuple[str, str], Configuration], settings: dict[str, Any]) -> Configuration | None:
@@ -590,7 +591,10 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     records = read_records(results)
     csv = read_table(results, records)
     trials = pairs(records, csv)
-    configs, skipped = configurations([*trials, *calibration_inputs(results)])
+    # a predictor input stands in for a one-worker trial of a configuration the grid ran (its outcome is the grid's)
+    ran = {step_key(r["settings"]) for r in records}
+    configs, skipped = configurations([*trials, *((r, row) for r, row in inputs_alone(results)
+                                                  if step_key(r["settings"]) in ran)])
     notes = [f"not predicted: {note}" for note in skipped]
     workloads_found = {c.key[0] for c in configs}
     if len(workloads_found) > 1:
@@ -730,7 +734,7 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
     trials it lacks are left out), else ``emulated_compute_scale`` from ``cpu_count``, the machine's
     cores, else as measured alone. The link's latency per message: the calibration's (idle hosts), and
     ``latency`` by (``step_key``, workers) where given (measured as the trial's hosts load the machine:
-    ``predict_step``'s ``loaded``).
+    ``predict_step``'s ``latency_s``).
     ``profiles``: the models' step profiles by workload, kept between calls (filled in here).
     ``busy``: by (``step_key``, workers, overlap), the machine's busy time per step where the trial's hosts
     share its cores (measured): no timeline is shorter, for then what the hosts do is CPU work that waits

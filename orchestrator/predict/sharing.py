@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from . import predictor
+from ..study import predictor_inputs
 from .predictor import Configuration, DeviceScale, Trials
 
 
@@ -80,7 +81,8 @@ def sharing_inputs(sharing: Trials, inputs: Trials, reduce: float | None = None)
     figure the median over repeated trials of a (configuration key, workers): each phase's time there over
     its one-worker time (``inputs``) as device scales, as ``device_scale`` takes them from a world; the
     links' latency per message under that load: for the hooks, the median over them of the communication
-    measured beyond the link model's time for the bytes, over the messages the model counts (ring
+    measured beyond the link model's time for the bytes (all of it where a host's workers share its link:
+    ``predictor.predict_step``), over the messages the model counts (ring
     all_reduce 2(p - 1), all_gather and all_to_all p - 1 each); for plain DDP, whose C++ all_reduces
     pay less of it and whose communication is not timed, the latency at which the model gives its step
     (all these from the trials without overlap, whose phases add up); and, with overlap and without,
@@ -133,13 +135,17 @@ def sharing_inputs(sharing: Trials, inputs: Trials, reduce: float | None = None)
     for record, row in serial:
         # one trial at a time: repeated runs of a sweep give their trials the same ids, each its own link;
         # the time of its bytes alone: no latency, the idle links' neither
-        bare = {**record, "link": {**record["link"], "calibrated_latency_s": 0.0}}
+        bare = {**record, "link": {**(record.get("link") or {}), "calibrated_latency_s": 0.0}}
         guess = predictor.trial_predictions([(bare, row)], inputs, scales=scales, latency=zero,
                                           profiles=profiles, reduce=reduce).get(record["trial_id"])
         if guess is None or not guess["messages"]:
             continue
         if math.isfinite(float(row["comm_s"])):
-            measured.setdefault(at(record)[1], []).append((float(row["comm_s"]) - guess["comm_s"]) / guess["messages"])
+            # on a link per worker, latency adds to the bytes' time; where a host's workers share its link, the
+            # model takes the longer of the two (predictor.predict_step): there, all of it is the messages' waits
+            shared = predictor.emulated_workers_per_host(at(record)[1], record.get("link") or {}) > 1
+            beyond = float(row["comm_s"]) - (0.0 if shared else guess["comm_s"])
+            measured.setdefault(at(record)[1], []).append(beyond / guess["messages"])
         else:
             def step_at(alpha: float, trial: tuple = (record, row)) -> float:
                 return predictor.trial_predictions([trial], inputs, scales=scales, latency={at(trial[0]): alpha},
@@ -161,15 +167,18 @@ def _solve(step_at: Callable[[float], float], target: float, high: float = 0.1) 
     return (low + high) / 2
 
 
-def emulated_predictions(trials: Trials, calibration: Trials, cpu_count: int | None = None,
+def emulated_predictions(trials: Trials, measured: Trials, cpu_count: int | None = None,
                          reduce: float | None = None) -> dict[str, dict[str, float]]:
     """The predicted step of each multi-worker trial of a sweep on an emulated cluster (``trials``), by trial_id,
-    from the one-worker trials of the sweep and of its ``calibration`` trials
-    (``orchestrator.study.calibration``), and the sharing that the calibration's multi-worker trials measured
-    (``sharing_inputs``, busy time as a floor). Without those (a sweep run before they were, or with trials at
-    once), the sharing is ``predictor.emulated_compute_scale``'s guess from ``cpu_count``."""
-    inputs = [*trials, *((r, row) for r, row in calibration if r["settings"]["num_workers"] == 1)]
-    sharing = [(r, row) for r, row in calibration if r["settings"]["num_workers"] > 1]
+    from the one-worker trials of the sweep and of its predictor inputs (``measured``;
+    ``orchestrator.study.predictor_inputs``), and the sharing that their multi-worker trials measured, the
+    grid's own among them (``sharing_inputs``, busy time as a floor). Without those (a sweep run before
+    they were, or with trials at once), the sharing is ``predictor.emulated_compute_scale``'s guess from
+    ``cpu_count``."""
+    inputs = [*trials, *((r, row) for r, row in measured if r["settings"]["num_workers"] == 1)]
+    grid = predictor_inputs.wanted([r["settings"] for r, _ in trials])
+    sharing = [(r, row) for r, row in [*measured, *((r, row) for r, row in trials if r["trial_id"] in grid)]
+               if r["settings"]["num_workers"] > 1]
     if not sharing:
         return predictor.trial_predictions(trials, inputs, cpu_count=cpu_count, reduce=reduce)
     reduce = predictor.reduce_bps() if reduce is None else reduce

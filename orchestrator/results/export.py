@@ -16,8 +16,8 @@ standard deviation over seeds with the number of trials; then the step time in
 compute, exposed communication and the hook's phases; then the trials that did
 not finish "ok", with their reason.
 
-``calibration/trials.csv`` -- on an emulated cluster, the table of the short trials the
-step-time predictions need (orchestrator.study.calibration), the same columns.
+``predictor_inputs/trials.csv`` -- on an emulated cluster, the table of the short trials the
+step-time predictions need (orchestrator.study.predictor_inputs), the same columns.
 
 ``plots/`` -- PNG figures (orchestrator.results.plots): the answer (accuracy change against
 speedup), accuracy against time, bytes sent, speedup against workers, and the step time (ms) in
@@ -35,7 +35,7 @@ from typing import TextIO
 from .plots import write_plots
 from ..predict.predictor import Trials, pairs
 from ..predict.sharing import emulated_predictions
-from ..study import calibration
+from ..study import predictor_inputs
 from ..study.records import atomic_path, folder_sweep, read_records, trials_dir, write_atomic
 from .summary import summary_markdown
 from .tables import history_table, trials_table
@@ -52,7 +52,7 @@ def export(results: Path, plots: bool = True) -> dict[str, Path]:
     history = history_table(records)
     trials = trials_table(records, history)
     written = {name: results / name for name in ("trials.csv", "trials.parquet", "history.csv", "summary.md")}
-    measured = _calibration(results, written)
+    measured = _predictor_inputs(results, written)
     predicted = emulated_predictions(pairs(records, trials), measured, cpu_count=_cpu_count(results))
     trials["predicted_step_time_s"] = trials["trial_id"].map(
         {k: v["predicted_step_time_s"] for k, v in predicted.items()}).astype(float)
@@ -71,14 +71,14 @@ def export(results: Path, plots: bool = True) -> dict[str, Path]:
     return written
 
 
-def _calibration(results: Path, written: dict[str, Path]) -> Trials:
-    """The finished calibration trials of ``results``, their table rewritten (named in ``written``)."""
-    folder = calibration.folder(results)
+def _predictor_inputs(results: Path, written: dict[str, Path]) -> Trials:
+    """The finished predictor inputs of ``results``, their table rewritten (named in ``written``)."""
+    folder = predictor_inputs.folder(results)
     records = read_records(folder) if trials_dir(folder).is_dir() else []
     if not records:
         return []
     table = trials_table(records, history_table(records))
-    written[f"{calibration.FOLDER}/trials.csv"] = path = folder / "trials.csv"
+    written[f"{predictor_inputs.FOLDER}/trials.csv"] = path = folder / "trials.csv"
     with atomic_path(path) as temporary:
         table.to_csv(temporary, index=False)
     return pairs(records, table)

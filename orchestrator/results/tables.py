@@ -173,7 +173,7 @@ def _own_results(history: pd.DataFrame) -> pd.DataFrame:
 
 
 def _keys(trials: pd.DataFrame) -> pd.DataFrame:
-    """Per trial, its ``scale`` (every setting but compressor, parameters and algorithm) and its
+    """Per trial, its ``scale`` (every setting but compressor, parameters, algorithm, intra and inter) and its
     ``workload`` (the scale without the seed), as comparable strings."""
     columns = [c for c in settings_columns(trials) if c not in _compression_keys()]
     plain = _plain(trials[columns])

@@ -168,7 +168,7 @@ TRIAL: tuple[Column, ...] = (
     column("step_time_s"),
     Column("predicted_step_time_s", "s", "what the performance model (lowprec predict) expects of a multi-worker "
            "trial on an emulated cluster, from the one-worker trials and the sharing of cores that the sweep's "
-           "calibration trials measured (calibration/) and the calibrated link; empty elsewhere"),
+           "predictor inputs measured (predictor_inputs/) and the calibrated link; empty elsewhere"),
     *(column(name) for name in ("compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
                                 "samples_per_s", "bytes_sent", "bytes_intra", "bytes_inter", "compression_ratio", "cpu_steal_share",
                                 "cpu_idle_share")),

@@ -33,6 +33,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 # Ray Train's default: a collective that waits longer than this on a stuck peer fails the trial.
 _PROCESS_GROUP_TIMEOUT_S = 1800
 _AT_ONCE_S = 1.0  # a placement group that free resources can hold is placed well within this
+_DRAIN_S = 10.0  # rank 0's last reports after another rank failed: its next collective fails within this
 
 
 class PlacementTimeout(RuntimeError):
@@ -198,6 +199,7 @@ class Gang:
                                                                   config, sweep, trial, threads)
                    for a, env in zip(self.actors, self.env)]
         pending = list(streams)
+        failure, failed = None, None
         try:
             while pending:
                 ready, _ = ray.wait(pending, num_returns=1)
@@ -209,14 +211,35 @@ class Gang:
                     continue
                 yield item
         except ray.exceptions.RayError as error:
-            self.kill()
-            cause = error.cause if isinstance(error, ray.exceptions.RayTaskError) and error.cause else error
-            raise WorkerFailure(str(cause)) from cause
+            failure, failed = error, stream
+        if failure is None:
+            return
+        if failed is not streams[0] and streams[0] in pending:
+            yield from _drain(streams[0])
+        self.kill()
+        cause = failure.cause if isinstance(failure, ray.exceptions.RayTaskError) and failure.cause else failure
+        raise WorkerFailure(str(cause)) from cause
 
     def kill(self) -> None:
         for actor in self.actors:
             ray.kill(actor)
         remove_placement_group(self.group)
+
+
+def _drain(stream: Any) -> Iterator[dict[str, Any]]:
+    """Rank 0's reports still on their way when another rank failed, until rank 0 fails or ends too (its peer
+    gone, its next collective fails), at most ``_DRAIN_S``. Rank 0 reports an epoch after the evaluation all
+    ranks share, so another rank may fail in the next epoch before that report arrives."""
+    deadline = time.monotonic() + _DRAIN_S
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _ = ray.wait([stream], num_returns=1, timeout=left)
+        if not ready:
+            return
+        try:
+            item = ray.get(next(stream))
+        except (StopIteration, ray.exceptions.RayError):
+            return
+        yield item
 
 
 class Pool:

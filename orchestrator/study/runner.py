@@ -19,8 +19,8 @@ ranks of a host are consecutive); every bandwidth the trials need is calibrated
 before the first trial, and each trial re-shapes the links to its bandwidth
 before its workers start. Its workers share this machine's cores: each gets
 cores / (hosts x workers_per_host) torch threads (at least one), whatever the
-trial's number of workers. There, beside the grid, the sweep runs the short trials its step-time
-predictions need (``orchestrator.study.calibration``), recorded apart from the grid's.
+trial's number of workers. There, after the grid, the sweep runs the short trials its step-time
+predictions need (``orchestrator.study.predictor_inputs``), recorded apart from the grid's.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from typing import Any, TextIO
 
 from compressors.core.params import rate_bps
 
-from . import calibration, env_info
+from . import env_info, predictor_inputs
 from .sweep_file import Sweep, training_settings
 from ..cluster.emulation import HEADROOM, HOST_RESOURCE, Cluster
 from .progress import Progress
@@ -120,12 +120,17 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     copy = results / "sweep.yaml"
     edited_in_place = copy.exists() and copy.samefile(sweep.path)  # `run results/x/sweep.yaml --resume`
     retired = retire(results, others, sweep.name, keep_sweep_file=not edited_in_place) if others else None
+    # predictor inputs this sweep no longer needs (it changed): out of its predictions' way, kept
+    inputs_folder = predictor_inputs.folder(results)
+    stale = sorted(finished_ids(inputs_folder) - set(predictor_inputs.wanted(sweep.trials)))
+    if stale:
+        retire(inputs_folder, stale, sweep.name, keep_sweep_file=False)
     if not edited_in_place:
         with atomic_path(copy) as temporary:
             shutil.copyfile(sweep.path, temporary)
     todo = [trial for trial in sweep.trials if trial["trial_id"] not in done]
-    measuring = _calibration_trials(sweep, emulation, max_concurrent_trials or sweep.max_concurrent_trials)
-    measured = finished_ids(calibration.folder(results)) if measuring else set()
+    measuring = _predictor_input_trials(sweep, emulation, max_concurrent_trials or sweep.max_concurrent_trials)
+    measured = finished_ids(inputs_folder) if measuring else set()
     extra = [trial for trial in measuring if trial["trial_id"] not in measured]
     progress = Progress(total=len(sweep.trials) + len(measuring),
                         finished=len(sweep.trials) - len(todo) + len(measuring) - len(extra),
@@ -139,15 +144,14 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         progress.note(f"nothing to run: every trial has a record in {results / 'trials'}")
         return results, 0
     if extra:
-        progress.note(f"with {len(extra)} short trial(s) that measure what the step-time predictions need: "
-                      f"each configuration alone and on hosts sharing this machine "
-                      f"(records in {calibration.folder(results)})")
+        progress.note(f"then {len(extra)} short trial(s) that measure what the step-time predictions need: "
+                      f"each configuration alone and on hosts sharing this machine (records in {inputs_folder})")
     grid_todo, todo = todo, todo + extra
 
     restore_sigterm = _sigterm_as_ctrl_c()
     try:
         if emulation is not None:
-            _calibrate(emulation, todo, progress, quiet={calibration.SHARING_BANDWIDTH} - {
+            _calibrate(emulation, todo, progress, quiet={predictor_inputs.SHARING_BANDWIDTH} - {
                 t["bandwidth"] for t in grid_todo})
             address = emulation.address
         _start_ray(address, emulation, _shipped(sweep))
@@ -183,9 +187,9 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         recorder = _recorder(results, progress, emulation, refresh)
         tuner = tune.Tuner(
             tune.with_resources(run_trial, {"cpu": TRIAL_CPUS}),
-            param_space={"point": tune.grid_search([{"trial": t, "settings": _settings(t), "calibration": False}
+            param_space={"point": tune.grid_search([{"trial": t, "settings": _settings(t), "predictor_input": False}
                                                     for t in grid_todo] +
-                                                   [{"trial": t, "settings": _settings(t), "calibration": True}
+                                                   [{"trial": t, "settings": _settings(t), "predictor_input": True}
                                                     for t in extra]), "run": run},
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max_concurrent_trials or sweep.max_concurrent_trials,
@@ -209,8 +213,8 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     finally:
         _stop_ray()
         restore_sigterm()
-    left = finished_ids(results) | (finished_ids(calibration.folder(results)) if extra else set())
-    unfinished = len([t for t in todo if t["trial_id"] not in left])
+    unfinished = len([t for t in grid_todo if t["trial_id"] not in finished_ids(results)])
+    unfinished += len([t for t in extra if t["trial_id"] not in finished_ids(inputs_folder)])
     if unfinished:
         progress.note(f"interrupted: {unfinished} trial(s) not finished; to run them: "
                       f"{resume_command(sweep.path, results)}")
@@ -238,19 +242,19 @@ def trial_dirname(trial: dict[str, Any]) -> str:
     return f"{safe}-{trial['trial_id']}" if safe else trial["trial_id"]
 
 
-def _calibration_trials(sweep: Sweep, emulation: Cluster | None, concurrent: int) -> list[dict[str, Any]]:
-    """The calibration trials of a sweep on ``emulation``; the sharing ones only where its links can carry
+def _predictor_input_trials(sweep: Sweep, emulation: Cluster | None, concurrent: int) -> list[dict[str, Any]]:
+    """The predictor inputs a sweep on ``emulation`` runs; those over its links only where they can carry
     their rate, and trials run one at a time (each shapes the links to its rate)."""
     if emulation is None:
         return []
-    trials = calibration.calibration_trials(sweep.trials)
-    if concurrent > 1 or emulation.rate_problem(calibration.SHARING_BANDWIDTH) is not None:
-        trials = [t for t in trials if t["bandwidth"] != calibration.SHARING_BANDWIDTH]
+    trials = predictor_inputs.predictor_input_trials(sweep.trials)
+    if concurrent > 1 or emulation.rate_problem(predictor_inputs.SHARING_BANDWIDTH) is not None:
+        trials = [t for t in trials if t["bandwidth"] != predictor_inputs.SHARING_BANDWIDTH]
     return trials
 
 
-def _calibrate(emulation: Cluster, todo: list[dict[str, Any]], progress: Progress, quiet: set[str] = frozenset()
-               ) -> None:
+def _calibrate(emulation: Cluster, todo: list[dict[str, Any]], progress: Progress,
+               quiet: Set[str] = frozenset()) -> None:
     """Calibrate each bandwidth the trials need that has no calibration yet, then shape the links to
     the first trial's (while no trial runs: a calibration saturates the links). ``quiet``: rates whose
     trials are meant to be limited by the machine (no warning that they may be)."""
@@ -484,7 +488,7 @@ def _trial_dirname(trial: Any) -> str:
 def _recorder(results: Path, progress: Progress, emulation: Cluster | None = None,
               refresh: Callable[[Path], Any] | None = None) -> Any:
     """A Tune callback that keeps each trial's epochs and writes its record when it ends, with the
-    calibration of its links on an emulated cluster (a calibration trial's record in its own folder). Where a
+    calibration of its links on an emulated cluster (a predictor input's record in its own folder). Where a
     record cannot be written (a full disk), it warns, records nothing more, and its ``stopper`` (a Tune
     stopper) ends the sweep: the trials without a record run on resume."""
     from ray import tune
@@ -548,7 +552,7 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
             attempts = self.attempts.pop(trial.trial_id, 0)
             if self.stopped:  # the sweep is ending: this trial runs again on resume
                 return None
-            where = calibration.folder(results) if trial.config["point"]["calibration"] else results
+            where = predictor_inputs.folder(results) if trial.config["point"]["predictor_input"] else results
             try:
                 path = write_record(where, make_record(
                     _point(trial), status, reason, history, model_summary, attempts=attempts,

@@ -152,6 +152,8 @@ def _read_yaml(path: Path) -> Any:
 # ---------------------------------------------------------------- the validated study
 
 _SECTIONS = ("workload", "cluster", "sweep")
+# A folder named in a message is shown whole up to this length (a longer value is cut, as any other).
+_PATH_LIMIT = 400
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 
@@ -445,7 +447,7 @@ def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], 
                             data_dir = settings["data_dir"] = os.path.expanduser(data_dir)
                             if not Path(data_dir).is_dir():
                                 line = entry.line if "data_dir" in overrides else lines.get("data_dir", entry.line)
-                                raise check.fail(line, f"data_dir {short_repr(data_dir)} is not a folder here "
+                                raise check.fail(line, f"data_dir {short_repr(data_dir, _PATH_LIMIT)} is not a folder here "
                                                        f"(relative to {Path.cwd()})")
                         for key, message in schema.relation_problems(settings):
                             if key in overrides or key not in lines:

@@ -857,9 +857,10 @@ def test_a_hierarchical_trial_on_emulated_hosts_is_predicted_from_its_codecs_sra
     assert gathered.key == predictor.step_key(trials[3][0]["settings"]) != made.key
     predicted = predictor.trial_predictions(trials, cpu_count=2)
     assert list(predicted) == ["t2", "t3"]
-    # by all_gather, a rank encodes its half once and decodes both hosts' halves
-    assert predicted["t3"]["encode_s"] == pytest.approx(0.002 * 2 / 2, rel=1e-12)
-    assert predicted["t3"]["decode_s"] == pytest.approx(0.001 * 2 * 2 / 2, rel=1e-12)
+    # by all_gather, a rank encodes its half once and decodes both hosts' halves, where the one-worker sra
+    # encoded and decoded the whole gradient twice
+    assert predicted["t3"]["encode_s"] == pytest.approx(0.002 * 2 / 4, rel=1e-12)
+    assert predicted["t3"]["decode_s"] == pytest.approx(0.001 * 2 * 2 / 4, rel=1e-12)
     step = predicted["t2"]
     # 4 workers of one thread on 2 cores: 2x; a rank encodes a 2-host sra's (1 + 1/2) / 2 of its half of the
     # gradient and decodes its half
@@ -876,12 +877,12 @@ def test_a_hierarchical_sharing_trials_device_scale_is_over_what_the_plan_takes(
     # 4 workers, 2 per host: the plan takes (1 + 1/2) / 2 / 2 of the one-worker encode and 1/2 of its decode
     assert sharing.device_scale("hierarchical", 4, factors, world=True, workers_per_host=2) == \
         predictor.DeviceScale(1.5, pytest.approx(2.0), 2.0)
-    # by all_gather among the hosts, 1/2 of the encode and 2 halves' decode
+    # by all_gather among the hosts, a quarter of the one-worker sra's encode (its half, once) and half its decode
     assert sharing.device_scale("hierarchical", 4, factors, world=True, workers_per_host=2, inter="allgather") == \
-        predictor.DeviceScale(1.5, pytest.approx(1.5), 1.0)
+        predictor.DeviceScale(1.5, pytest.approx(3.0), 2.0)
 
 
-def test_an_emulated_sweeps_calibration_trials_are_its_predictions_inputs(tmp_path, monkeypatch):
+def test_an_emulated_sweeps_predictor_inputs_are_its_predictions_inputs(tmp_path, monkeypatch):
     monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
     monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
     qsgd = {"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"}
@@ -891,11 +892,11 @@ def test_an_emulated_sweeps_calibration_trials_are_its_predictions_inputs(tmp_pa
         ({}, ONE), ({**qsgd, "num_workers": 4, "overlap": False}, ONE)], links={1: link}))
     # no one-worker qsgd trial in the grid: nothing to predict it from
     assert sharing.emulated_predictions(grid, [], cpu_count=2) == {}
-    (tmp_path / "calibration").mkdir()
-    alone = predictor.read_trials(write_folder(tmp_path / "calibration", [
+    (tmp_path / "predictor_inputs").mkdir()
+    alone = predictor.read_trials(write_folder(tmp_path / "predictor_inputs", [
         ({**qsgd, "overlap": False}, {**ONE, "encode_s": 0.002, "decode_s": 0.001})]))
     predicted = sharing.emulated_predictions(grid, alone, cpu_count=2)
     assert list(predicted) == ["t1"]
-    # no sharing trials among them: the sharing is guessed from threads per core, as without calibration
+    # no sharing trials among them: the sharing is guessed from threads per core, as without predictor inputs
     assert predicted == predictor.trial_predictions(grid, [*grid, *alone], cpu_count=2)
     assert predicted["t1"]["encode_s"] == pytest.approx(0.002 * 2 * (1 + 1 / 4) / 2, rel=1e-12)

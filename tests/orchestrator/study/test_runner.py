@@ -53,9 +53,9 @@ def test_resuming_from_the_saved_copy_of_the_sweep_file(tmp_path):
 class _Trial:
     """What the recorder reads of a Tune trial."""
 
-    def __init__(self, trial: dict, calibration: bool = False):
+    def __init__(self, trial: dict, predictor_input: bool = False):
         self.trial_id, self.error_file = trial["trial_id"], None
-        self.config = {"point": {"trial": trial, "calibration": calibration}}
+        self.config = {"point": {"trial": trial, "predictor_input": predictor_input}}
 
 
 def test_a_worker_group_restart_starts_the_history_again(tmp_path):
@@ -85,7 +85,7 @@ def test_a_worker_group_restart_starts_the_history_again(tmp_path):
     assert trials.loc[0, "epochs_run"] == 2 and trials.loc[0, "attempts"] == 2
 
 
-def test_a_calibration_trials_record_goes_to_its_own_folder_and_table(tmp_path):
+def test_a_predictor_inputs_record_goes_to_its_own_folder_and_table(tmp_path):
     import io
 
     from orchestrator.results.export import export
@@ -96,16 +96,16 @@ def test_a_calibration_trials_record_goes_to_its_own_folder_and_table(tmp_path):
     grid, measuring = load_sweep(write(tmp_path, TINY_SWEEP)).trials[:2]
     results = tmp_path / "results"
     recorder = _recorder(results, Progress(2, stream=io.StringIO()), refresh=export)
-    for trial in (_Trial(grid), _Trial(measuring, calibration=True)):
+    for trial in (_Trial(grid), _Trial(measuring, predictor_input=True)):
         recorder.on_trial_start(0, [], trial)
         recorder.on_trial_result(0, [], trial, {"epoch_metrics": {"epoch": 1, "test_accuracy": 0.5}})
         recorder.on_trial_result(0, [], trial, {"outcome": {"status": "ok", "reason": None, "model_summary": None}})
         recorder.on_trial_complete(0, [], trial)
     assert [r["trial_id"] for r in read_records(results)] == [grid["trial_id"]]
-    assert [r["trial_id"] for r in read_records(results / "calibration")] == [measuring["trial_id"]]
+    assert [r["trial_id"] for r in read_records(results / "predictor_inputs")] == [measuring["trial_id"]]
     import pandas as pd
     assert list(pd.read_csv(results / "trials.csv")["trial_id"]) == [grid["trial_id"]]
-    assert list(pd.read_csv(results / "calibration" / "trials.csv")["trial_id"]) == [measuring["trial_id"]]
+    assert list(pd.read_csv(results / "predictor_inputs" / "trials.csv")["trial_id"]) == [measuring["trial_id"]]
 
 
 # ---------------------------------------------------------------- interrupts
