@@ -72,15 +72,12 @@ def main() -> None:
                 "    print(f'{m}: {len(fns)} kernels compiled in {time.time() - t:.1f} s')\n"
                 "print('compiled', len(build.methods()), 'programs')")], log, 600))
         if "tests" in steps:
-            # -o addopts=: one process, with or without pytest-xdist on the GPU machine
-            summary["steps"].append(_run("tests", [py, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider",
-                                                   "-m", "gpu",
+            summary["steps"].append(_run("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
                                                    "tests/compressors/cuda/test_cuda_gpu.py"], log, 1800))
         if "sanitizer" in steps:
             sanitizer = shutil.which("compute-sanitizer") or "compute-sanitizer"
             summary["steps"].append(_run("sanitizer", [sanitizer, "--tool", "memcheck", "--error-exitcode", "3",
                                                        "--target-processes", "all", py, "-m", "pytest", "-q", "-x",
-                                                       "-o", "addopts=",
                                                        "-p", "no:cacheprovider", "-m", "gpu", "tests/compressors/cuda/test_cuda_gpu.py",
                                                        "-k", "same_payloads"],
                                          log, 1800, env={"LOWPREC_GPU_MAX_NUMEL": str(2 ** 17)}))

@@ -42,9 +42,7 @@ def test_a_codec_module_from_elsewhere_passes_the_contract_tests(tmp_path):
     (tmp_path / "throwaway_codec.py").write_text(CODEC)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
            "LOWPREC_TEST_IMPORTS": "throwaway_codec"}
-    # one process (no addopts: no workers): the lines below are read as pytest prints them without workers
-    done = subprocess.run([sys.executable, "-m", "pytest", "-v", "-o", "addopts=", "-p", "no:cacheprovider", "-k",
-                           NAME, str(CONTRACT)],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-k", NAME, str(CONTRACT)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
     passed = re.findall(r"::(test_\w+)\[(.*)\] PASSED", done.stdout)
