@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "validate" or args.dry_run:
         print(f"{sweep.name}: {len(sweep.trials)} trials from {sweep.path}")
         print(format_trials(sweep.trials))
-        measuring = predictor_inputs.predictor_input_trials(sweep.trials)
+        measuring = predictor_inputs.predictor_input_trials(sweep.trials) if sweep.predictor_inputs else []
         if measuring:
             print(f"then, on an emulated cluster, {len(measuring)} predictor inputs for the step-time predictions "
                   f"(those at {predictor_inputs.SHARING_BANDWIDTH} where its links carry that and trials run one at "

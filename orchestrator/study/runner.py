@@ -244,8 +244,8 @@ def trial_dirname(trial: dict[str, Any]) -> str:
 
 def _predictor_input_trials(sweep: Sweep, emulation: Cluster | None, concurrent: int) -> list[dict[str, Any]]:
     """The predictor inputs a sweep on ``emulation`` runs; those over its links only where they can carry
-    their rate, and trials run one at a time (each shapes the links to its rate)."""
-    if emulation is None:
+    their rate, and trials run one at a time (each shapes the links to its rate); none where the sweep says so."""
+    if emulation is None or not sweep.predictor_inputs:
         return []
     trials = predictor_inputs.predictor_input_trials(sweep.trials)
     if concurrent > 1 or emulation.rate_problem(predictor_inputs.SHARING_BANDWIDTH) is not None:

@@ -50,6 +50,9 @@ SWEEP: tuple[Param, ...] = (
                                  "not '.' or '..'"),
     Param("baselines", True, bool, doc="add the fp32 and fp16 baselines to the compressors"),
     Param("max_concurrent_trials", 1, int, low=1, doc="trials that run at the same time (timing studies: 1)"),
+    Param("predictor_inputs", True, bool,
+          doc="on an emulated cluster, run after the grid the short trials its step-time predictions need "
+              "(docs/predictor.md); false: none, and predicted_step_time_s takes the sharing of cores as guessed"),
     Param("max_trials", 10_000, int, low=1, high=MAX_TRIALS,
           doc="a grid of more trials is refused before it is expanded"),
     Param("imports", None, NAMES, nullable=True,

@@ -166,6 +166,7 @@ class Sweep:
     cluster: dict[str, Any]
     max_concurrent_trials: int
     trials: list[dict[str, Any]]
+    predictor_inputs: bool = True
 
 
 def settings_of(trial: dict[str, Any]) -> dict[str, Any]:
@@ -400,7 +401,7 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
                              f"(cluster.emulate: {emulate['hosts']} hosts x {emulate['workers_per_host']} "
                              "workers_per_host)")
     trials = _expand(check, {**workload, "imports": top_settings["imports"]}, cluster, axes, entries, lines)
-    return Sweep(name, path, cluster, top_settings["max_concurrent_trials"], trials)
+    return Sweep(name, path, cluster, top_settings["max_concurrent_trials"], trials, top_settings["predictor_inputs"])
 
 
 # ---------------------------------------------------------------- grid expansion and names

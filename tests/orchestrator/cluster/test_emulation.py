@@ -345,6 +345,7 @@ def test_a_two_worker_trial_runs_on_two_hosts_at_the_links_rate(cluster, tmp_pat
         cluster: {cpus_per_worker: 1.6}
         sweep: {num_workers: 2, bandwidth: 100mbit, compressor: fp16}
         baselines: false
+        predictor_inputs: false
         """))
     results = _run_on(cluster, sweep, tmp_path)
     # One trial (each costs ~25 s of Ray start-up here): fp16's hook times its collectives, so its
@@ -371,6 +372,7 @@ def test_a_four_worker_trial_puts_two_workers_on_each_host(cluster, tmp_path):
                    target_accuracy: 0.1}
         sweep: {num_workers: 4, compressor: fp32}
         baselines: false
+        predictor_inputs: false
         """))
     results = _run_on(cluster, sweep, tmp_path)
     (record,) = read_records(results)

@@ -86,3 +86,14 @@ def test_a_grid_trial_that_is_a_predictor_input_serves_as_it_and_runs_once(tmp_p
                                if t["num_workers"] == 1}
     # without trials of several workers over an emulated link there is nothing to predict
     assert predictor_inputs.predictor_input_trials([t for t in grid if t["num_workers"] == 1]) == []
+
+
+def test_a_dry_run_lists_them_and_a_sweep_may_go_without(tmp_path, capsys):
+    from orchestrator.cli import main
+
+    assert main(["run", str(write(tmp_path, EMULATED)), "--dry_run"]) == 0
+    listed = capsys.readouterr().out
+    assert "then, on an emulated cluster, 13 predictor inputs" in listed and "predictor input: qsgd" in listed
+    assert main(["run", str(write(tmp_path, EMULATED + "predictor_inputs: false\n")), "--dry_run"]) == 0
+    assert "predictor input" not in capsys.readouterr().out
+    assert load_sweep(write(tmp_path, EMULATED + "predictor_inputs: false\n")).predictor_inputs is False
