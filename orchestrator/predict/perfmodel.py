@@ -64,9 +64,14 @@ class Cluster:
         return self.hosts * self.workers_per_host
 
     @property
+    def shares_link(self) -> bool:
+        """Whether several workers of a host send over one link to the other hosts."""
+        return self.shared_link and self.workers_per_host > 1
+
+    @property
     def across(self) -> Link:
         """What one worker gets of the link to the other hosts while every worker of its host sends."""
-        if not self.shared_link or self.workers_per_host == 1:
+        if not self.shares_link:
             return self.inter
         return Link(self.inter.bandwidth / self.workers_per_host, self.inter.latency)
 

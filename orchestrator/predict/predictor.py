@@ -446,7 +446,7 @@ def predict_step(step: Plan, cluster: perfmodel.Cluster, reduce: float,
     def comm(traffic: Traffic, messages: float) -> float:
         if latency_s is None:
             return comm_s(traffic, cluster, reduce)
-        if cluster.shared_link and cluster.workers_per_host > 1:  # a host's link shared by its workers
+        if cluster.shares_link:
             return max(comm_s(traffic, cluster, reduce), messages * latency_s)
         # a link per worker (a flat cluster's one link is both of its links)
         own = replace(cluster.inter, latency=latency_s)

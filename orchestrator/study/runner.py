@@ -122,7 +122,8 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     retired = retire(results, others, sweep.name, keep_sweep_file=not edited_in_place) if others else None
     # predictor inputs this sweep no longer needs (it changed): out of its predictions' way, kept
     inputs_folder = predictor_inputs.folder(results)
-    stale = sorted(finished_ids(inputs_folder) - set(predictor_inputs.wanted(sweep.trials)))
+    measured = finished_ids(inputs_folder)
+    stale = sorted(measured - set(predictor_inputs.wanted(sweep.trials)))
     if stale:
         retire(inputs_folder, stale, sweep.name, keep_sweep_file=False)
     if not edited_in_place:
@@ -130,7 +131,6 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
             shutil.copyfile(sweep.path, temporary)
     todo = [trial for trial in sweep.trials if trial["trial_id"] not in done]
     measuring = _predictor_input_trials(sweep, emulation, max_concurrent_trials or sweep.max_concurrent_trials)
-    measured = finished_ids(inputs_folder) if measuring else set()
     extra = [trial for trial in measuring if trial["trial_id"] not in measured]
     progress = Progress(total=len(sweep.trials) + len(measuring),
                         finished=len(sweep.trials) - len(todo) + len(measuring) - len(extra),
