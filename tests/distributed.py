@@ -1,20 +1,36 @@
 """The multi-process helpers of the tests: run a function on N ranks of one process group in
-spawned processes and collect what each returns (``run_ranks``, also used by the benchmarks:
+processes of their own and collect what each returns (``run_ranks``, also used by the benchmarks:
 ``from tests.distributed import run_ranks``, from the checkout), guard a rank's sub-checks, and the
 small DDP model and data the hook tests train.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
+import pickle
 import socket
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+# Ranks are forked from a server process that has imported these once (multiprocessing's forkserver):
+# a fresh interpreter per rank would import torch and the project again, seconds per world on 2 cores.
+# The server never touches CUDA or starts threads, so forking it is safe (also for NCCL ranks).
+_PRELOAD = ["torch", "torch.distributed", "numba", "compressors", "tests.distributed", "tests.helpers", "pytest"]
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(_PRELOAD)  # read when the server starts: the first world
+    return context
 
 
 def free_port() -> int:
@@ -23,17 +39,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, backend: str, fn: Callable, args: tuple, results: Any) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-    dist.init_process_group(backend, rank=rank, world_size=world)
+def _worker(rank: int, world: int, port: int, backend: str, fn: Callable, args: tuple, environ: dict[str, str],
+            out: str) -> None:
+    # The server's environment is the one of the first world: each rank takes its caller's.
+    os.environ.clear()
+    os.environ.update(environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
-        results[rank] = ("ok", fn(rank, world, *args))
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, rank=rank, world_size=world)
+        try:
+            result = ("ok", fn(rank, world, *args))
+        finally:
+            dist.destroy_process_group()
     except BaseException:  # reported to the parent, which raises
-        results[rank] = ("error", traceback.format_exc())
-    finally:
-        dist.destroy_process_group()
+        result = ("error", traceback.format_exc())
+    with open(out + ".part", "wb") as f:
+        pickle.dump(result, f)
+    os.replace(out + ".part", out)  # whole or absent: a rank killed while writing leaves none
 
 
 def run_ranks(world: int, fn: Callable, *args: Any, backend: str = "gloo", timeout: float | None = 120) -> list[Any]:
@@ -45,11 +68,12 @@ def run_ranks(world: int, fn: Callable, *args: Any, backend: str = "gloo", timeo
     running after ``timeout`` seconds (None: no limit) are killed and this
     raises TimeoutError.
     """
-    ctx = mp.get_context("spawn")
-    with ctx.Manager() as manager:
-        results = manager.dict()
+    context = _context()
+    with tempfile.TemporaryDirectory(prefix="ranks-") as folder:
+        outs = [str(Path(folder) / f"rank{r}.pickle") for r in range(world)]
         port = free_port()
-        procs = [ctx.Process(target=_worker, args=(r, world, port, backend, fn, args, results)) for r in range(world)]
+        procs = [context.Process(target=_worker, args=(r, world, port, backend, fn, args, dict(os.environ), outs[r]))
+                 for r in range(world)]
         for p in procs:
             p.start()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -63,7 +87,11 @@ def run_ranks(world: int, fn: Callable, *args: Any, backend: str = "gloo", timeo
             raise TimeoutError(f"ranks {stuck} did not finish within {timeout} s")
         out = []
         for r in range(world):
-            status, value = results.get(r, ("error", f"rank {r} died with exit code {procs[r].exitcode}"))
+            try:
+                with open(outs[r], "rb") as f:
+                    status, value = pickle.load(f)
+            except FileNotFoundError:
+                status, value = "error", f"rank {r} died with exit code {procs[r].exitcode}"
             if status != "ok":
                 raise RuntimeError(f"rank {r} failed:\n{value}")
             out.append(value)

@@ -1,6 +1,6 @@
 """Multi-process tests of the compressed collectives and the Reducer (gloo, CPU).
 
-Spawning ranks costs seconds, so each world size is spawned once: the rank
+Starting ranks costs time, so each world size is started once: the rank
 function runs every sub-check, each guarded so that one failure is reported
 without hiding the others, and hands its raw results (outputs, bytes, errors)
 back to the parent, where the tests assert.  The expected values (means,
