@@ -37,6 +37,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from collections.abc import Callable, Set
 from typing import Any, TextIO
@@ -52,6 +53,9 @@ from .records import (atomic_path, claim, finished_ids, folder_problem, make_rec
 
 _OBJECT_STORE_BYTES = 256 * 1024**2  # trials exchange only metrics; keep local Ray small
 _JOIN_TIMEOUT_S = 10.0  # a cluster to join that accepts no connection in this long is not there
+# The tables are rebuilt from the records during a sweep at most this often (and once at its end): a
+# rebuild takes about a second, which the next trial waits for.
+REFRESH_S = 30.0
 
 
 class RayUnreachable(RuntimeError):
@@ -91,7 +95,8 @@ def run_sweep(sweep: Sweep, results: str | os.PathLike, *, address: str | None =
     """Run the trials of ``sweep`` not finished yet; returns the results folder and how many
     trials are still unfinished (nonzero only when the sweep was interrupted). ``emulation``: the
     emulated cluster this driver runs in (its Ray is the one joined); ``refresh(results)`` runs after
-    each trial's record is written (the CLI rebuilds the tables there). OSError where the folder
+    the first trial's record is written and then at most every ``REFRESH_S`` seconds (the CLI rebuilds
+    the tables there; and once more at the end). OSError where the folder
     cannot be written."""
     results = Path(results).resolve()
     problem = folder_problem(results, sweep.name)
@@ -486,11 +491,12 @@ def _trial_dirname(trial: Any) -> str:
 
 
 def _recorder(results: Path, progress: Progress, emulation: Cluster | None = None,
-              refresh: Callable[[Path], Any] | None = None) -> Any:
+              refresh: Callable[[Path], Any] | None = None, refresh_every_s: float = REFRESH_S) -> Any:
     """A Tune callback that keeps each trial's epochs and writes its record when it ends, with the
-    calibration of its links on an emulated cluster (a predictor input's record in its own folder). Where a
-    record cannot be written (a full disk), it warns, records nothing more, and its ``stopper`` (a Tune
-    stopper) ends the sweep: the trials without a record run on resume."""
+    calibration of its links on an emulated cluster (a predictor input's record in its own folder), then
+    runs ``refresh(results)`` after the first record and after a later one where ``refresh_every_s`` have
+    passed since. Where a record cannot be written (a full disk), it warns, records nothing more, and its
+    ``stopper`` (a Tune stopper) ends the sweep: the trials without a record run on resume."""
     from ray import tune
 
     class Stop(tune.Stopper):
@@ -510,6 +516,7 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
             self.outcome: dict[str, dict[str, Any]] = {}
             self.stopped = False
             self.stopper = Stop(self)
+            self.refreshed: float | None = None  # time.monotonic() of the last refresh
 
         def on_trial_start(self, iteration, trials, trial, **info):
             self.history[trial.trial_id] = []
@@ -565,9 +572,12 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
                               "written so far are safe)")
                 return None
             progress.finished_trial(_trial_name(trial), status, reason, history)
+            now = time.monotonic()
+            if refresh is None or (self.refreshed is not None and now - self.refreshed < refresh_every_s):
+                return path
+            self.refreshed = now
             try:
-                if refresh is not None:
-                    refresh(results)
+                refresh(results)
             except Exception as error:  # keep the sweep running; the record is safe on disk
                 cause = error.strerror if isinstance(error, OSError) and error.strerror else repr(error)
                 progress.note(f"warning: could not rebuild the tables yet: {cause}")

@@ -95,7 +95,7 @@ def test_a_predictor_inputs_record_goes_to_its_own_folder_and_table(tmp_path):
 
     grid, measuring = load_sweep(write(tmp_path, TINY_SWEEP)).trials[:2]
     results = tmp_path / "results"
-    recorder = _recorder(results, Progress(2, stream=io.StringIO()), refresh=export)
+    recorder = _recorder(results, Progress(2, stream=io.StringIO()), refresh=export, refresh_every_s=0)
     for trial in (_Trial(grid), _Trial(measuring, predictor_input=True)):
         recorder.on_trial_start(0, [], trial)
         recorder.on_trial_result(0, [], trial, {"epoch_metrics": {"epoch": 1, "test_accuracy": 0.5}})
@@ -106,6 +106,24 @@ def test_a_predictor_inputs_record_goes_to_its_own_folder_and_table(tmp_path):
     import pandas as pd
     assert list(pd.read_csv(results / "trials.csv")["trial_id"]) == [grid["trial_id"]]
     assert list(pd.read_csv(results / "predictor_inputs" / "trials.csv")["trial_id"]) == [measuring["trial_id"]]
+
+
+def test_the_tables_are_rebuilt_after_the_first_record_then_at_most_every_refresh_every_s(tmp_path):
+    import io
+
+    from orchestrator.study.progress import Progress
+    from orchestrator.study.runner import _recorder
+
+    sweep = load_sweep(write(tmp_path, TINY_SWEEP))
+    results = tmp_path / "results"
+    rebuilt = []
+    recorder = _recorder(results, Progress(2, stream=io.StringIO()), refresh=rebuilt.append, refresh_every_s=3600)
+    for trial in map(_Trial, sweep.trials[:2]):
+        recorder.on_trial_start(0, [], trial)
+        recorder.on_trial_result(0, [], trial, {"outcome": {"status": "ok", "reason": None, "model_summary": None}})
+        recorder.on_trial_complete(0, [], trial)
+        assert (results / "trials" / f"{trial.trial_id}.json").is_file()  # every record, at once
+    assert rebuilt == [results]  # the first trial's; the second came within the hour
 
 
 # ---------------------------------------------------------------- interrupts
