@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT
 
 NAME = "throwaway_copy"
@@ -38,6 +40,7 @@ class ThrowawayCopy(Compressor):
 CONTRACT = Path(__file__).with_name("test_contract.py")
 
 
+@pytest.mark.slow  # the contract tests again, in a pytest of their own
 def test_a_codec_module_from_elsewhere_passes_the_contract_tests(tmp_path):
     (tmp_path / "throwaway_codec.py").write_text(CODEC)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),

@@ -131,6 +131,7 @@ def test_image_models_refuse_token_shapes():
                 build_model(name, (64,), 256)
 
 
+@pytest.mark.slow  # trains for seconds
 def test_learns_python_source():
     # 60 Adam steps on random training windows of bytes. The loss starts near ln 256 (uniform over bytes)
     # and must end below the byte distribution's own entropy (3.25 nats for CPython 3.11's library), which no

@@ -53,6 +53,9 @@ NAN_AT = (0, (3, 5))  # tensor index, element
 EF_NAMES = [("onebit", {}), ("onebit", {"grouping": "row"}), ("adaptive", {"pi": 0.05}), ("topk", {"pi": 0.05})]
 EF_SHAPES = [(32, 64), (48, 40)]
 EF_STEPS = 50
+# The 50-step tracking is the battery's longest part (about 60% of it); the bound it checks is the
+# residuals' and does not change with the world beyond an odd one: 4 ranks add no case.
+EF_WORLDS = (2, 3)
 
 
 def label(name: str, p: dict, algo: str, m: int | None = None) -> str:
@@ -224,7 +227,7 @@ def collective_checks(rank: int, world: int) -> dict:
     res["fp16"] = {"fp16": guard(_fp16_checks, rank, world)}
     for name, p in EF_NAMES:
         for algo in ("sra", "allgather"):
-            for ef in (True, False):
+            for ef in (True, False) if world in EF_WORLDS else ():
                 res["ef"][label(name, p, algo) + f"/ef{ef}"] = guard(_ef_track, rank, world, name, p, algo, ef)
             res["ef_shape"][label(name, p, algo)] = guard(_ef_any_shape, rank, world, name, p, algo)
     for name, p, algo, ef in STATE_CASES:
@@ -407,7 +410,7 @@ def test_nan_on_one_worker_gives_nan_on_every_rank(world, name, p, algo):
 
 
 @slow
-@worlds
+@pytest.mark.parametrize("world", EF_WORLDS)
 @pytest.mark.parametrize("name,p", EF_NAMES, ids=[n for n, _ in EF_NAMES])
 @pytest.mark.parametrize("algo", ["sra", "allgather"])
 def test_error_feedback_keeps_the_cumulative_error_bounded(world, name, p, algo):

@@ -22,6 +22,8 @@ from compressors.core import wire
 from tests.compressors.cuda import cuda_host
 from tests.helpers import canonical, kernel_inputs, same_payload
 
+# Exhaustive (every example, every input, through an emulator): slow, out of the quick check.
+pytestmark = pytest.mark.slow
 pytest.importorskip("numba")
 if cuda_host.available():
     pytest.skip(f"the CUDA host emulator cannot run: {cuda_host.available()}", allow_module_level=True)
