@@ -54,8 +54,12 @@ def _worker(rank: int, world: int, port: int, backend: str, fn: Callable, args: 
             dist.destroy_process_group()
     except BaseException:  # reported to the parent, which raises
         result = ("error", traceback.format_exc())
+    try:
+        data = pickle.dumps(result)
+    except Exception:  # what fn returned cannot travel: say so rather than die without a word
+        data = pickle.dumps(("error", traceback.format_exc()))
     with open(out + ".part", "wb") as f:
-        pickle.dump(result, f)
+        f.write(data)
     os.replace(out + ".part", out)  # whole or absent: a rank killed while writing leaves none
 
 
