@@ -21,8 +21,9 @@ import torch.distributed as dist
 
 # Ranks are forked from a server process that has imported these once (multiprocessing's forkserver):
 # a fresh interpreter per rank would import torch and the project again, seconds per world on 2 cores.
-# The server never touches CUDA or starts threads, so forking it is safe (also for NCCL ranks).
-_PRELOAD = ["torch", "torch.distributed", "numba", "compressors", "tests.distributed", "tests.helpers", "pytest"]
+# The server never touches CUDA or starts threads, so forking it is safe (also for NCCL ranks). Not
+# numba: its configuration (the kernels' cache folder) is read when it is imported, in each rank.
+_PRELOAD = ["torch", "torch.distributed", "compressors", "tests.distributed", "tests.helpers", "pytest"]
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -41,7 +42,8 @@ def free_port() -> int:
 
 def _worker(rank: int, world: int, port: int, backend: str, fn: Callable, args: tuple, environ: dict[str, str],
             out: str) -> None:
-    # The server's environment is the one of the first world: each rank takes its caller's.
+    # The server's environment is the one of the first world: each rank takes its caller's (what the
+    # preloaded modules read when imported came from the first world's).
     os.environ.clear()
     os.environ.update(environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:

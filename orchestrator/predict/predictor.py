@@ -162,9 +162,9 @@ def read_table(results: Path, records: list[dict[str, Any]]) -> pd.DataFrame:
         raise ValueError(f"{path} has more than one row for trial {repeated.iloc[0]}: {rebuild}")
     ids = set(table["trial_id"])
     missing = [r["trial_id"] for r in records if r["trial_id"] not in ids]
-    if missing:  # a run stopped between writing a record and the tables
-        raise ValueError(f"{results}: trials.csv has no row for {len(missing)} trial record(s) ({missing[0]}, ...): "
-                         f"{rebuild}")
+    if missing:  # a run stopped between writing a record and the tables, or one still running
+        raise ValueError(f"{results}: trials.csv has no row for {len(missing)} trial record(s) ({missing[0]}, ...; "
+                         f"a running sweep rebuilds its tables at most every 30 s): {rebuild}")
     if "status" in table.columns:  # a trial run again after the export (its record replaced)
         status = table.set_index("trial_id")["status"]
         stale = next((r for r in records if status[r["trial_id"]] != r["status"]), None)

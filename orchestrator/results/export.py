@@ -47,7 +47,7 @@ def export(results: Path, plots: bool = True) -> dict[str, Path]:
     """Rebuild every table and plot of ``results`` from its trial records; returns the paths by name.
     Each file is replaced whole (orchestrator.study.records.atomic_path): where one cannot be written
     (OSError), it and every file not written yet keep their old contents. ``plots=False``: the tables
-    only (a sweep refreshes them after each trial, and draws the plots at its end)."""
+    only (a sweep refreshes them during its run, at most every 30 s, and draws the plots at its end)."""
     records = read_records(results)
     history = history_table(records)
     trials = trials_table(records, history)

@@ -54,7 +54,8 @@ from .records import (atomic_path, claim, finished_ids, folder_problem, make_rec
 _OBJECT_STORE_BYTES = 256 * 1024**2  # trials exchange only metrics; keep local Ray small
 _JOIN_TIMEOUT_S = 10.0  # a cluster to join that accepts no connection in this long is not there
 # The tables are rebuilt from the records during a sweep at most this often (and once at its end): a
-# rebuild takes about a second, which the next trial waits for.
+# rebuild reads every record (about a second for 12 trials, more for larger sweeps), and the next trial
+# waits for it.
 REFRESH_S = 30.0
 
 
@@ -96,8 +97,9 @@ def run_sweep(sweep: Sweep, results: str | os.PathLike, *, address: str | None =
     trials are still unfinished (nonzero only when the sweep was interrupted). ``emulation``: the
     emulated cluster this driver runs in (its Ray is the one joined); ``refresh(results)`` runs after
     the first trial's record is written and then at most every ``REFRESH_S`` seconds (the CLI rebuilds
-    the tables there; and once more at the end). OSError where the folder
-    cannot be written."""
+    the tables there, and rebuilds everything once more after this returns: a driver killed mid-sweep
+    leaves tables up to that long behind the records, which its resume or ``lowprec export`` rebuild).
+    OSError where the folder cannot be written."""
     results = Path(results).resolve()
     problem = folder_problem(results, sweep.name)
     if problem:

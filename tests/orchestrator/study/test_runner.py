@@ -108,22 +108,25 @@ def test_a_predictor_inputs_record_goes_to_its_own_folder_and_table(tmp_path):
     assert list(pd.read_csv(results / "predictor_inputs" / "trials.csv")["trial_id"]) == [measuring["trial_id"]]
 
 
-def test_the_tables_are_rebuilt_after_the_first_record_then_at_most_every_refresh_every_s(tmp_path):
+def test_the_tables_are_rebuilt_after_the_first_record_then_at_most_every_refresh_every_s(tmp_path, monkeypatch):
     import io
 
+    from orchestrator.study import runner
     from orchestrator.study.progress import Progress
-    from orchestrator.study.runner import _recorder
 
     sweep = load_sweep(write(tmp_path, TINY_SWEEP))
     results = tmp_path / "results"
-    rebuilt = []
-    recorder = _recorder(results, Progress(2, stream=io.StringIO()), refresh=rebuilt.append, refresh_every_s=3600)
-    for trial in map(_Trial, sweep.trials[:2]):
+    rebuilt, clock = [], iter([0.0, 10.0, 31.0])  # the monotonic clock at each record
+    monkeypatch.setattr(runner.time, "monotonic", lambda: next(clock))
+    recorder = runner._recorder(results, Progress(3, stream=io.StringIO()), refresh=rebuilt.append,
+                                refresh_every_s=30)
+    for n, trial in enumerate(map(_Trial, [*sweep.trials[:2], sweep.trials[0]])):  # the first again: its record anew
         recorder.on_trial_start(0, [], trial)
         recorder.on_trial_result(0, [], trial, {"outcome": {"status": "ok", "reason": None, "model_summary": None}})
         recorder.on_trial_complete(0, [], trial)
         assert (results / "trials" / f"{trial.trial_id}.json").is_file()  # every record, at once
-    assert rebuilt == [results]  # the first trial's; the second came within the hour
+        # the first record's rebuild; none 10 s later; one again 31 s after the last
+        assert len(rebuilt) == [1, 1, 2][n]
 
 
 # ---------------------------------------------------------------- interrupts
