@@ -116,11 +116,12 @@ def test_the_tables_are_rebuilt_after_the_first_record_then_at_most_every_refres
 
     sweep = load_sweep(write(tmp_path, TINY_SWEEP))
     results = tmp_path / "results"
-    rebuilt, clock = [], iter([0.0, 10.0, 31.0])  # the monotonic clock at each record
-    monkeypatch.setattr(runner.time, "monotonic", lambda: next(clock))
+    rebuilt, now = [], [0.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: now[0])
     recorder = runner._recorder(results, Progress(3, stream=io.StringIO()), refresh=rebuilt.append,
                                 refresh_every_s=30)
-    for n, trial in enumerate(map(_Trial, [*sweep.trials[:2], sweep.trials[0]])):  # the first again: its record anew
+    # the monotonic clock at each record: 0 s, 10 s, 31 s (the first trial again: its record anew)
+    for n, (trial, now[0]) in enumerate(zip(map(_Trial, [*sweep.trials[:2], sweep.trials[0]]), (0.0, 10.0, 31.0))):
         recorder.on_trial_start(0, [], trial)
         recorder.on_trial_result(0, [], trial, {"outcome": {"status": "ok", "reason": None, "model_summary": None}})
         recorder.on_trial_complete(0, [], trial)
