@@ -60,7 +60,7 @@ def _nvrtc_compiled() -> dict[str, tuple[int, str]]:
         return {program: future.result() for program, future in futures.items()}
 
 
-@pytest.mark.slow  # NVRTC's first compile takes seconds
+@pytest.mark.slow  # compiles every program: seconds
 @pytest.mark.skipif(_nvrtc() is None, reason="the nvidia-cuda-nvrtc wheel is not installed (pip install -e '.[test]')")
 @pytest.mark.parametrize("program", build.methods())
 def test_nvrtc_compiles_the_program(program):

@@ -550,8 +550,9 @@ def test_a_record_without_its_row_in_trials_csv_asks_for_an_export(tmp_path, mon
     table = pd.read_csv(folder / "trials.csv")
     table[table["trial_id"] != "t1"].to_csv(folder / "trials.csv", index=False)  # t1 finished after the export
     assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 1
-    assert capsys.readouterr().err == (f"error: {folder}: trials.csv has no row for 1 trial record(s) (t1, ...): "
-                                       f"rebuild it with `lowprec export {folder}`\n")
+    assert capsys.readouterr().err == (f"error: {folder}: trials.csv has no row for 1 trial record(s) (t1, ...; a "
+                                       f"running sweep rebuilds its tables at most every 30 s): rebuild it with "
+                                       f"`lowprec export {folder}`\n")
 
 
 def test_a_trials_csv_that_disagrees_with_the_records_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
