@@ -220,8 +220,9 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     finally:
         _stop_ray()
         restore_sigterm()
-    unfinished = len([t for t in grid_todo if t["trial_id"] not in finished_ids(results)])
-    unfinished += len([t for t in extra if t["trial_id"] not in finished_ids(inputs_folder)])
+    finished, inputs_finished = finished_ids(results), finished_ids(inputs_folder)
+    unfinished = (len([t for t in grid_todo if t["trial_id"] not in finished])
+                  + len([t for t in extra if t["trial_id"] not in inputs_finished]))
     if unfinished:
         progress.note(f"interrupted: {unfinished} trial(s) not finished; to run them: "
                       f"{resume_command(sweep.path, results)}")

@@ -227,8 +227,9 @@ def collective_checks(rank: int, world: int) -> dict:
     res["fp16"] = {"fp16": guard(_fp16_checks, rank, world)}
     for name, p in EF_NAMES:
         for algo in ("sra", "allgather"):
-            for ef in (True, False) if world in EF_WORLDS else ():
-                res["ef"][label(name, p, algo) + f"/ef{ef}"] = guard(_ef_track, rank, world, name, p, algo, ef)
+            if world in EF_WORLDS:
+                for ef in (True, False):
+                    res["ef"][label(name, p, algo) + f"/ef{ef}"] = guard(_ef_track, rank, world, name, p, algo, ef)
             res["ef_shape"][label(name, p, algo)] = guard(_ef_any_shape, rank, world, name, p, algo)
     for name, p, algo, ef in STATE_CASES:
         res["state"][label(name, p, algo)] = guard(_state_roundtrip, rank, world, name, p, algo, ef)
