@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results, unfinished = run_sweep(sweep, results, address=args.address, resume=args.resume,
                                         max_concurrent_trials=args.max_concurrent_trials, emulation=inside,
-                                        refresh=functools.partial(export, plots=False))
+                                        refresh=functools.partial(export, plots=False), finish=export_or_warn)
     except ResultsExist as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -392,7 +392,6 @@ def main(argv: list[str] | None = None) -> int:
               f"recorded so far are safe: fix the cause, then run {resume_command(sweep.path, results)}",
               file=sys.stderr)
         return 1
-    export_or_warn(results)
     _print_outcome(results)
     return 1 if unfinished else 0
 

@@ -4,8 +4,9 @@ Starting a worker process costs seconds of imports (torch, torch._dynamo, which 
 imports, the Numba kernels); a sweep of short trials would spend most of its time there. So a Tune
 trial takes its workers from a ``Pool`` in its own process (Tune reuses that process from trial to
 trial): a ``Gang`` of ``num_workers`` ``TrialWorker`` actors in one placement group, kept idle after a
-trial and given to the next trial that asks for the same number of workers with the same resources.
-Each trial still gets a process group of its own (a fresh rendezvous on rank 0's host), its own
+trial and given to the next trial that asks for as many workers or fewer with the same resources (a
+trial of fewer workers runs on the gang's first ranks; the others wait), so a sweep over 1 and 2
+workers starts 2 worker processes, not 3. Each trial still gets a process group of its own (a fresh rendezvous on rank 0's host), its own
 environment variables, threads and seed; a gang whose trial failed in any way is killed, never reused.
 
 Placement is Ray Train's (2.60): one placement group of ``num_workers`` identical bundles, PACK
@@ -146,9 +147,10 @@ class Gang:
         ``make_room()`` frees resources (idle gangs) where the group is not placed at once; it says
         whether it freed any. PlacementTimeout where it is not placed within ``timeout_s``."""
         bundle = {name: amount for name, amount in resources.items() if amount > 0}
+        self.resources = dict(resources)
         self.group = placement_group([bundle] * num_workers, strategy="PACK")
         self.actors: list[Any] = []
-        self.env: list[dict[str, str]] = []
+        self.where: list[tuple[str, str, list[str]]] = []  # each rank's node id, node address and GPU ids
         try:
             ready = self.group.ready()
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -169,8 +171,8 @@ class Gang:
 
     def ready(self) -> "Gang":
         """Wait for the workers; number them as Ray Train does (nodes in the order they first appear
-        among the bundles, the workers of a node together) and give each its environment."""
-        if self.env:
+        among the bundles, the workers of a node together)."""
+        if self.where:
             return self
         try:
             where = ray.get([a.where.remote() for a in self.actors])
@@ -183,21 +185,33 @@ class Gang:
         except BaseException:
             self.kill()
             raise
-        for rank, (node, _, _) in enumerate(where):
-            peers = [i for i, w in enumerate(where) if w[0] == node]
-            self.env.append({"RANK": str(rank), "WORLD_SIZE": str(len(where)),
-                             "LOCAL_RANK": str(peers.index(rank)), "LOCAL_WORLD_SIZE": str(len(peers)),
-                             "NODE_RANK": str(nodes.index(node)), "MASTER_ADDR": where[0][1]})
+        self.where = where
         return self
 
-    def run(self, backend: str, config: dict[str, Any], sweep: str, trial: str,
+    @property
+    def size(self) -> int:
+        return len(self.actors)
+
+    def environments(self, num_workers: int) -> list[dict[str, str]]:
+        """The environment of each of the first ``num_workers`` ranks, for a trial of that many workers."""
+        where = self.where[:num_workers]
+        nodes = list(dict.fromkeys(node for node, _, _ in where))
+        env = []
+        for rank, (node, _, _) in enumerate(where):
+            peers = [i for i, w in enumerate(where) if w[0] == node]
+            env.append({"RANK": str(rank), "WORLD_SIZE": str(len(where)),
+                        "LOCAL_RANK": str(peers.index(rank)), "LOCAL_WORLD_SIZE": str(len(peers)),
+                        "NODE_RANK": str(nodes.index(node)), "MASTER_ADDR": where[0][1]})
+        return env
+
+    def run(self, num_workers: int, backend: str, config: dict[str, Any], sweep: str, trial: str,
             threads: int | None) -> Iterator[dict[str, Any]]:
-        """Run one trial on every rank; yields rank 0's reports. WorkerFailure (the gang killed) where a
-        rank fails, with the first failure's error as its cause."""
+        """Run one trial on the first ``num_workers`` ranks; yields rank 0's reports. WorkerFailure (the
+        gang killed) where a rank fails, with the first failure's error as its cause."""
         port = ray.get(self.actors[0].free_port.remote())
         streams = [a.run.options(num_returns="streaming").remote({**env, "MASTER_PORT": str(port)}, backend,
                                                                   config, sweep, trial, threads)
-                   for a, env in zip(self.actors, self.env)]
+                   for a, env in zip(self.actors, self.environments(num_workers))]
         pending = list(streams)
         failure, failed = None, None
         try:
@@ -243,7 +257,7 @@ def _drain(stream: Any) -> Iterator[dict[str, Any]]:
 
 
 class Pool:
-    """Idle gangs of this process, one per shape, for the next trial of that shape."""
+    """Idle gangs of this process, one per shape, for the next trials of that shape or fewer workers."""
 
     def __init__(self) -> None:
         self.idle: dict[tuple, Gang] = {}
@@ -255,32 +269,38 @@ class Pool:
 
     def prepare(self, counts: list[int], resources: dict[str, float],
                 codecs: list[tuple[str, dict[str, Any], str]]) -> None:
-        """Start gangs of these worker counts side by side (their imports share the cores once, not one
-        gang after another), as many as the free resources hold at once, with the kernels of ``codecs``
-        loaded (TrialWorker.warm); wait until all are ready."""
+        """Start a gang for the largest of these worker counts (it serves the smaller ones too), else
+        for the largest the free resources hold at once, with the kernels of ``codecs`` loaded
+        (TrialWorker.warm); wait until it is ready."""
         self.prepared = True
-        started = []
-        for count in counts:
-            if self._shape(count, resources) in self.idle:
-                continue
+        for count in sorted(set(counts), reverse=True):
+            if self._fitting(count, resources) is not None:
+                return
             try:
-                started.append((count, Gang(count, resources, timeout_s=_AT_ONCE_S)))
+                gang = Gang(count, resources, timeout_s=_AT_ONCE_S).ready()
             except PlacementTimeout:
-                break
-        for count, gang in started:
-            self.idle[self._shape(count, resources)] = gang.ready()
-        ray.get([actor.warm.remote(codecs) for _, gang in started for actor in gang.actors])
+                continue
+            self.idle[self._shape(count, resources)] = gang
+            ray.get([actor.warm.remote(codecs) for actor in gang.actors])
+            return
+
+    def _fitting(self, num_workers: int, resources: dict[str, float]) -> tuple | None:
+        """The shape of the smallest idle gang of these resources with at least ``num_workers`` workers."""
+        resources_key = self._shape(num_workers, resources)[1]
+        shapes = [shape for shape in self.idle if shape[1] == resources_key and shape[0] >= num_workers]
+        return min(shapes, default=None)
 
     def take(self, num_workers: int, resources: dict[str, float], timeout_s: float | None) -> Gang:
-        """An idle gang of this shape, else a new one (the idle gangs of other shapes are killed where
-        they hold resources it needs). PlacementTimeout where it cannot be placed in ``timeout_s``."""
-        gang = self.idle.pop(self._shape(num_workers, resources), None)
-        if gang is not None:
-            return gang
+        """The smallest idle gang of these resources with at least ``num_workers`` workers (a trial runs on
+        its first ranks: Gang.run), else a new one (the idle gangs are killed where they hold resources it
+        needs). PlacementTimeout where it cannot be placed in ``timeout_s``."""
+        shape = self._fitting(num_workers, resources)
+        if shape is not None:
+            return self.idle.pop(shape)
         return Gang(num_workers, resources, timeout_s, make_room=self.clear).ready()
 
-    def give_back(self, num_workers: int, resources: dict[str, float], gang: Gang) -> None:
-        self.idle[self._shape(num_workers, resources)] = gang
+    def give_back(self, gang: Gang) -> None:
+        self.idle[self._shape(gang.size, gang.resources)] = gang
 
     def clear(self) -> bool:
         """Kill the idle gangs; whether there were any."""

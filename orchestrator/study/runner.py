@@ -92,13 +92,16 @@ def _lock(results: Path) -> TextIO:
 def run_sweep(sweep: Sweep, results: str | os.PathLike, *, address: str | None = None,
               resume: bool = False, max_concurrent_trials: int | None = None,
               stream: TextIO | None = None, emulation: Cluster | None = None,
-              refresh: Callable[[Path], Any] | None = None) -> tuple[Path, int]:
+              refresh: Callable[[Path], Any] | None = None,
+              finish: Callable[[Path], Any] | None = None) -> tuple[Path, int]:
     """Run the trials of ``sweep`` not finished yet; returns the results folder and how many
     trials are still unfinished (nonzero only when the sweep was interrupted). ``emulation``: the
     emulated cluster this driver runs in (its Ray is the one joined); ``refresh(results)`` runs after
     the first trial's record is written and then at most every ``REFRESH_S`` seconds (the CLI rebuilds
     the tables there, and rebuilds everything once more after this returns: a driver killed mid-sweep
-    leaves tables up to that long behind the records, which its resume or ``lowprec export`` rebuild).
+    leaves tables up to that long behind the records, which its resume or ``lowprec export`` rebuild);
+    ``finish(results)`` runs once the trials have ended or were interrupted (beside Ray's shutdown, in
+    a thread of its own: the CLI rebuilds the tables and plots there), before this returns.
     OSError where the folder cannot be written."""
     results = Path(results).resolve()
     problem = folder_problem(results, sweep.name)
@@ -111,14 +114,16 @@ def run_sweep(sweep: Sweep, results: str | os.PathLike, *, address: str | None =
         if problem:
             raise ResultsExist(problem)
         claim(results, sweep.name)
-        return _run_locked(sweep, results, address, resume, max_concurrent_trials, stream, emulation, refresh)
+        return _run_locked(sweep, results, address, resume, max_concurrent_trials, stream, emulation, refresh,
+                           finish or (lambda _: None))
     finally:
         lock.close()
 
 
 def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
                 max_concurrent_trials: int | None, stream: TextIO | None,
-                emulation: Cluster | None, refresh: Callable[[Path], Any] | None) -> tuple[Path, int]:
+                emulation: Cluster | None, refresh: Callable[[Path], Any] | None,
+                finish: Callable[[Path], Any]) -> tuple[Path, int]:
     grid = {trial["trial_id"] for trial in sweep.trials}
     recorded = {record["trial_id"] for record in read_records(results)}
     done, others = recorded & grid, sorted(recorded - grid)
@@ -149,6 +154,7 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
                       f"{shlex.quote(str(retired))}` rebuilds theirs)")
     if not todo and not extra:
         progress.note(f"nothing to run: every trial has a record in {results / 'trials'}")
+        finish(results)
         return results, 0
     if extra:
         progress.note(f"then {len(extra)} short trial(s) that measure what the step-time predictions need: "
@@ -156,6 +162,7 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     grid_todo, todo = todo, todo + extra
 
     restore_sigterm = _sigterm_as_ctrl_c()
+    ended = False
     try:
         if emulation is not None:
             _calibrate(emulation, todo, progress, quiet={predictor_inputs.SHARING_BANDWIDTH} - {
@@ -215,11 +222,18 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
             ),
         )
         tuner.fit()
+        ended = True
     except KeyboardInterrupt:
-        pass  # Ctrl-C or SIGTERM before Tune took them over (Ray starting), or a second one: counted below
+        ended = True  # Ctrl-C or SIGTERM before Tune took them over (Ray starting), or a second one: counted below
     finally:
+        # The tables and plots (seconds) are drawn while Ray shuts down (seconds of waiting on its processes).
+        finishing = threading.Thread(target=finish, args=(results,), name="finish") if ended else None
+        if finishing is not None:
+            finishing.start()
         _stop_ray()
         restore_sigterm()
+        if finishing is not None:
+            finishing.join()
     finished, inputs_finished = finished_ids(results), finished_ids(inputs_folder)
     unfinished = (len([t for t in grid_todo if t["trial_id"] not in finished])
                   + len([t for t in extra if t["trial_id"] not in inputs_finished]))
@@ -306,7 +320,14 @@ def _start_ray(address: str | None, emulation: Cluster | None = None, py_modules
         # Ray's node address is the loopback one where Ray clusters are off (as on macOS): then
         # every server of a local Ray, its metrics endpoints too, listens on 127.0.0.1 only.
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        # No idle workers started ahead: the trials' processes carry the sweep's runtime_env, which such
+        # workers lack, so they would only take the cores while the trials' workers start.
+        os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+        os.environ.setdefault("RAY_num_prestart_python_workers", "0")
     import ray
+
+    # Tune's import (seconds of CPU) runs while ray.init waits on the processes it starts.
+    threading.Thread(target=_import_tune, name="import-tune", daemon=True).start()
 
     # Workers must import this checkout of the project (also where it is not pip-installed).
     package_root = str(Path(__file__).resolve().parent.parent)
@@ -345,6 +366,13 @@ def _start_ray(address: str | None, emulation: Cluster | None = None, py_modules
     if held.received:
         _stop_ray()
         raise KeyboardInterrupt
+
+
+def _import_tune() -> None:
+    try:
+        from . import trial  # noqa: F401 - Ray Tune and what a trial runs
+    except Exception:  # noqa: BLE001 - the import where it is needed says why
+        pass
 
 
 def _check_answers(address: str, source: str, timeout_s: float = _JOIN_TIMEOUT_S) -> None:

@@ -61,14 +61,14 @@ def run_trial(config: dict[str, Any]) -> None:
         # its epochs replace those of the attempt before.
         tune.report({"attempt_started": True})
         try:
-            for report in gang.run(backend, settings, run["sweep"], trial["name"], threads):
+            for report in gang.run(trial["num_workers"], backend, settings, run["sweep"], trial["name"], threads):
                 tune.report(report)
         except WorkerFailure as failure:
             attempt += 1
             if cluster["max_failures"] != -1 and attempt > cluster["max_failures"]:
                 raise failure.__cause__ from None
             continue
-        POOL.give_back(trial["num_workers"], resources, gang)
+        POOL.give_back(gang)
         return
 
 

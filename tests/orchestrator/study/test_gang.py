@@ -34,8 +34,8 @@ def ray_local():
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = before
 
 
-def _run(gang, config):
-    return list(gang.run("gloo", config, "sweep", "trial", 1))
+def _run(gang, config, num_workers=2):
+    return list(gang.run(num_workers, "gloo", config, "sweep", "trial", 1))
 
 
 def test_a_gang_serves_trials_in_turn_and_a_failed_one_is_never_handed_on(ray_local):
@@ -44,21 +44,34 @@ def test_a_gang_serves_trials_in_turn_and_a_failed_one_is_never_handed_on(ray_lo
     pool = Pool()
     resources = {"CPU": 0.5}
     gang = pool.take(2, resources, timeout_s=60)
-    assert [env["RANK"] for env in gang.env] == ["0", "1"]
-    assert [env["LOCAL_RANK"] for env in gang.env] == ["0", "1"]
-    assert {env["NODE_RANK"] for env in gang.env} == {"0"} and {env["LOCAL_WORLD_SIZE"] for env in gang.env} == {"2"}
+    env = gang.environments(2)
+    assert [e["RANK"] for e in env] == ["0", "1"] and [e["LOCAL_RANK"] for e in env] == ["0", "1"]
+    assert {e["NODE_RANK"] for e in env} == {"0"} and {e["LOCAL_WORLD_SIZE"] for e in env} == {"2"}
     where = ray_local.get([a.where.remote() for a in gang.actors])
     first = _run(gang, TINY)
     # rank 0's reports only: each epoch, then the outcome
     assert [("epoch_metrics" in r, "outcome" in r) for r in first] == [(True, False), (True, False), (False, True)]
     assert first[-1]["outcome"]["status"] == "ok"
     assert first[-1]["outcome"]["worker_node_ips"].split() == [where[0][1]] * 2
-    pool.give_back(2, resources, gang)
+    pool.give_back(gang)
     again = pool.take(2, resources, timeout_s=60)
     assert again is gang  # the same processes, a new process group
     second = _run(again, {**TINY, "compressor": "qsgd", "compressor_params": {"bits": 4}})
     assert second[-1]["outcome"]["status"] == "ok"
     assert [r["epoch_metrics"]["epoch"] for r in second[:-1]] == [1, 2]
+
+    # A one-worker trial runs on the idle gang's rank 0, in a process group of its own of one rank.
+    pool.give_back(again)
+    alone = pool.take(1, resources, timeout_s=60)
+    assert alone is gang and pool.idle == {}
+    assert alone.environments(1) == [{"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                                      "NODE_RANK": "0", "MASTER_ADDR": where[0][1]}]
+    third = _run(alone, {**TINY, "compressor": "qsgd", "compressor_params": {"bits": 4}}, num_workers=1)
+    assert third[-1]["outcome"]["status"] == "ok"
+    assert third[-1]["outcome"]["worker_node_ips"].split() == [where[0][1]]
+    assert third[-1]["outcome"]["model_summary"] == second[-1]["outcome"]["model_summary"]
+    pool.give_back(alone)
+    assert pool.take(2, resources, timeout_s=60) is gang  # back under its own shape
 
     with pytest.raises(WorkerFailure, match="fail_at_epoch=2") as failure:
         _run(again, {**TINY, "fail_at_epoch": 2})
@@ -75,10 +88,14 @@ def test_a_gang_that_cannot_be_placed_in_time_says_so_and_idle_gangs_make_room(r
 
     pool = Pool()
     one = pool.take(1, {"CPU": 1.5}, timeout_s=30)
-    pool.give_back(1, {"CPU": 1.5}, one)
+    pool.give_back(one)
     # 2 x 1.0 CPU fits only once the idle gang's 1.5 CPUs are free: the pool kills it to make room
     two = pool.take(2, {"CPU": 1.0}, timeout_s=30)
     assert pool.idle == {}
     with pytest.raises(PlacementTimeout, match="not placed within 2 s"):
         pool.take(1, {"CPU": 1.0}, timeout_s=2)
     two.kill()
+    # One gang for a sweep over 1 and 2 workers: the one-worker trials run on its rank 0.
+    pool.prepare([1, 2], {"CPU": 0.5}, [("qsgd", {"bits": 4}, "numba")])
+    assert list(pool.idle) == [(2, (("CPU", 0.5),))]
+    pool.clear()
