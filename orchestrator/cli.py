@@ -43,12 +43,12 @@ error, 2 a bad sweep file or usage.
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -370,13 +370,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {problem}", file=sys.stderr)
             return 2
 
-    from .results.export import export, export_or_warn
     from .study.runner import RayUnreachable, ResultsExist, resume_command, run_sweep
 
+    # The tables' modules (pandas: most of a second) load while Ray starts, not before.
+    threading.Thread(target=_import_export, name="import-export", daemon=True).start()
     try:
         results, unfinished = run_sweep(sweep, results, address=args.address, resume=args.resume,
                                         max_concurrent_trials=args.max_concurrent_trials, emulation=inside,
-                                        refresh=functools.partial(export, plots=False), finish=export_or_warn)
+                                        refresh=_refresh, finish=_finish)
     except ResultsExist as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -394,6 +395,25 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     _print_outcome(results)
     return 1 if unfinished else 0
+
+
+def _import_export() -> None:
+    try:
+        from .results import export  # noqa: F401
+    except Exception:  # noqa: BLE001 - the import where it is needed says why
+        pass
+
+
+def _refresh(results: Path) -> None:
+    from .results.export import refresh
+
+    refresh(results)
+
+
+def _finish(results: Path) -> None:
+    from .results.export import export_or_warn
+
+    export_or_warn(results)
 
 
 def _job_results_problem(results: Path | None, name: str) -> str | None:

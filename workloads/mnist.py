@@ -19,6 +19,7 @@ Images become float32 [N, 1, H, W] normalised with the usual MNIST mean
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -69,16 +70,22 @@ def _split(images: np.ndarray, labels: np.ndarray) -> Split:
     return Split(x=x, y=torch.from_numpy(labels.astype(np.int64)))
 
 
+@functools.cache
+def _bundled() -> tuple[Split, Split]:
+    """The bundled split, read once per process (a sweep's workers run many trials)."""
+    images, labels = _load_part(BUNDLED_DIR, "t10k")
+    order = np.random.RandomState(SPLIT_SEED).permutation(images.shape[0])
+    # Sorted so that each part keeps the file's order: a subset, not a reshuffle.
+    train_idx = np.sort(order[:BUNDLED_TRAIN_SIZE])
+    test_idx = np.sort(order[BUNDLED_TRAIN_SIZE:])
+    return _split(images[train_idx], labels[train_idx]), _split(images[test_idx], labels[test_idx])
+
+
 def load_mnist(data_dir: Path | None, seed: int) -> DatasetPair:
     """MNIST as a DatasetPair; ``seed`` does not change the data (see the module docstring)."""
     if data_dir is None:
-        images, labels = _load_part(BUNDLED_DIR, "t10k")
-        order = np.random.RandomState(SPLIT_SEED).permutation(images.shape[0])
-        # Sorted so that each part keeps the file's order: a subset, not a reshuffle.
-        train_idx = np.sort(order[:BUNDLED_TRAIN_SIZE])
-        test_idx = np.sort(order[BUNDLED_TRAIN_SIZE:])
-        train = _split(images[train_idx], labels[train_idx])
-        test = _split(images[test_idx], labels[test_idx])
+        # Copies: a model may change its inputs in place, and the next trial in this process gets them too.
+        train, test = (Split(x=part.x.clone(), y=part.y.clone()) for part in _bundled())
     else:
         train_images, train_labels = _load_part(data_dir, "train")
         test_images, test_labels = _load_part(data_dir, "t10k")

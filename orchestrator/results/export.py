@@ -26,13 +26,15 @@ compute and exposed communication beside the hook's phases.
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import sys
+import threading
 from pathlib import Path
 from typing import TextIO
 
-from .plots import write_plots
+from .plots import warm, write_plots
 from ..predict.predictor import Trials, pairs
 from ..predict.sharing import emulated_predictions
 from ..study import predictor_inputs
@@ -40,7 +42,7 @@ from ..study.records import atomic_path, folder_sweep, read_records, trials_dir,
 from .summary import summary_markdown
 from .tables import history_table, trials_table
 
-__all__ = ["export"]
+__all__ = ["export", "export_or_warn", "refresh"]
 
 
 def export(results: Path, plots: bool = True) -> dict[str, Path]:
@@ -69,6 +71,19 @@ def export(results: Path, plots: bool = True) -> dict[str, Path]:
     figure = "plots/answer.png" if "plots/answer.png" in written else None
     write_atomic(written["summary.md"], summary_markdown(trials, title, figure))
     return written
+
+
+def refresh(results: Path) -> dict[str, Path]:
+    """The tables of ``results``, as a sweep rebuilds them while it runs (``export`` without the plots); the
+    first call also starts loading matplotlib (plots.warm) in a thread of its own, so that the plots at the
+    sweep's end take less time."""
+    _start_warming()
+    return export(results, plots=False)
+
+
+@functools.cache
+def _start_warming() -> None:
+    threading.Thread(target=warm, name="warm-plots", daemon=True).start()
 
 
 def _predictor_inputs(results: Path, written: dict[str, Path]) -> Trials:

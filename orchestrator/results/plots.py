@@ -39,12 +39,30 @@ from ..study.records import atomic_path
 from .summary import study_line
 from .tables import config_labels, numeric, quality, step_time_table, targets
 
-__all__ = ["write_plots"]
+__all__ = ["warm", "write_plots"]
 
 # Stacked, they make the step: what communication left of it is the exposed part.
 _PARTS = ("compute", "exposed_comm")
 # The hook's own phases: they overlap the step, so they stand beside it.
 _PHASES = ("encode", "comm", "decode")
+
+
+def warm() -> None:
+    """Import matplotlib and load its fonts by drawing a small figure in memory: a second or two that a
+    sweep spends while its trials run, not after them."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1], label="0")
+    ax.legend()
+    figure.suptitle("0")
+    figure.savefig(io.BytesIO(), format="png")
+    plt.close(figure)
 
 
 def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path, title: str = "") -> list[Path]:

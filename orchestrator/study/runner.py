@@ -197,6 +197,9 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
                                                           "workers_per_host": emulation.workers_per_host,
                                                           "cpu_count": os.cpu_count(), "resource": HOST_RESOURCE},
         }
+        # Each trial's record and the tables are this project's: Tune's CSV, JSON and TensorBoard loggers would
+        # write every result once more, on the driver, between the trials' reports.
+        os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
         progress.note(f"running {len(todo)} trial(s) of {sweep.name}; results in {results}")
         recorder = _recorder(results, progress, emulation, refresh)
         tuner = tune.Tuner(

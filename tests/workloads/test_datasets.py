@@ -85,6 +85,16 @@ def test_bundled_mnist_split_is_deterministic_and_ignores_seed(mnist):
         assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
 
 
+def test_bundled_mnist_is_read_once_per_process_and_each_load_is_its_own_copy():
+    first = build_dataset("mnist")
+    expected = first.test.x[0].clone()
+    first.test.x.mul_(0)  # a model that changes its inputs in place
+    first.train.y.fill_(0)
+    second = build_dataset("mnist")
+    assert torch.equal(second.test.x[0], expected) and torch.bincount(second.train.y).numel() == 10
+    assert second.train.x.data_ptr() != first.train.x.data_ptr()
+
+
 def test_bundled_mnist_split_is_disjoint_and_covers_the_file(mnist):
     file_images = read_bundled_images()
     # Undo the normalisation to recover the raw bytes of every image.

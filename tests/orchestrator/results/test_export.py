@@ -188,6 +188,19 @@ def test_export_command_rebuilds_from_the_records(results, tmp_path, capsys):
     assert main(["export", str(tmp_path)]) == 2
 
 
+def test_a_refresh_during_a_sweep_rebuilds_the_tables_not_the_plots(results, tmp_path):
+    import shutil
+
+    from orchestrator.results.export import refresh
+
+    folder = tmp_path / "e"
+    shutil.copytree(results / "trials", folder / "trials")
+    written = refresh(folder)
+    assert set(written) == {"trials.csv", "trials.parquet", "history.csv", "summary.md"}
+    assert (folder / "trials.csv").read_text() == (results / "trials.csv").read_text()
+    assert not (folder / "plots").exists() and "![" not in (folder / "summary.md").read_text()
+
+
 # ---------------------------------------------------------------- records that cannot be read, tables that cannot be written
 
 
