@@ -211,7 +211,7 @@ def test_a_corrupt_record_is_skipped_with_a_warning_naming_it(tmp_path, capsys):
     sweep, results = finished_sweep(tmp_path)
     bad = results / "trials" / f"{sweep.trials[0]['trial_id']}.json"
     bad.write_text('{"trial_id": "trunc')
-    export(results)
+    export(results, plots=False)
     assert f"skipping unreadable trial record {bad}" in capsys.readouterr().err
     assert finished_ids(results) == {t["trial_id"] for t in sweep.trials[1:]}  # resume runs it again
     import pandas as pd
@@ -245,17 +245,16 @@ def test_a_bandwidth_sweep_gets_a_speedup_against_bandwidth_plot(tmp_path, monke
             records.append(row)
     for row in records:
         write_record(tmp_path, row)
-    export(tmp_path)
-    trials = pd.read_csv(tmp_path / "trials.csv").set_index("name")
-    assert trials.loc["qsgd-100mbit", "speedup_vs_fp32"] == 4.0
-    assert trials.loc["qsgd-1gbit", "speedup_vs_fp32"] == 1.25
-    assert (tmp_path / "plots" / "speedup_vs_bandwidth.png").read_bytes().startswith(b"\x89PNG")
     from orchestrator.results import plots
 
     drawn = []
     monkeypatch.setattr(plots, "_legend", lambda figure, axes: drawn.extend(
         name for ax in axes for name in ax.get_legend_handles_labels()[1]))
-    plots.write_plots(trials.reset_index(), pd.read_csv(tmp_path / "history.csv"), tmp_path / "again")
+    export(tmp_path)
+    trials = pd.read_csv(tmp_path / "trials.csv").set_index("name")
+    assert trials.loc["qsgd-100mbit", "speedup_vs_fp32"] == 4.0
+    assert trials.loc["qsgd-1gbit", "speedup_vs_fp32"] == 1.25
+    assert (tmp_path / "plots" / "speedup_vs_bandwidth.png").read_bytes().startswith(b"\x89PNG")
     assert "fp32" in drawn and "qsgd" in drawn  # one line per configuration, bandwidth not in its name
 
 
@@ -269,7 +268,7 @@ def test_the_summary_is_titled_with_the_sweep_and_names_the_study(tmp_path):
         row["link"] = {"hosts": 2, "bandwidth": "100mbit", "calibrated_bps": None, "calibrated_latency_s": None}
         write_record(tmp_path / "folder", row)
     (tmp_path / "folder" / "sweep.yaml").write_text("name: the-study\n")
-    export(tmp_path / "folder")
+    export(tmp_path / "folder", plots=False)
     summary = (tmp_path / "folder" / "summary.md").read_text()
     assert summary.startswith("# the-study\n\n2 workers; links 100mbit (emulated).\n")
     trials = pd.read_csv(tmp_path / "folder" / "trials.csv")
@@ -326,7 +325,7 @@ def test_records_of_the_wrong_types_and_a_broken_environment_do_not_stop_export(
     write_record(tmp_path, bad)
     environment = tmp_path / "environment.json"
     environment.write_text('{"cpu_count": 2, "pyth')
-    export(tmp_path)
+    export(tmp_path, plots=False)
     err = capsys.readouterr().err
     assert err.count("warning: skipping unreadable trial record") == 5
     assert f"warning: ignoring unreadable {environment}: " in err
@@ -379,6 +378,6 @@ def test_records_of_earlier_versions_still_export(tmp_path):
     for row in older["history"]:
         row["time_to_accuracy_s"] = row.pop("time_to_target_s")  # the column's name before targets on any metric
     write_record(tmp_path, older)
-    export(tmp_path)
+    export(tmp_path, plots=False)
     (row,) = pd.read_csv(tmp_path / "trials.csv").to_dict("records")
     assert row["time_to_target_s"] == 10.0
