@@ -35,11 +35,13 @@ def sources_digest() -> str:
 
 class KernelCacheLocator(caching.UserProvidedCacheLocator):
     """Numba's NUMBA_CACHE_DIR locator, for the functions of this package only, in one folder keyed by
-    the sources' hash (other functions go to Numba's own locators)."""
+    the sources' hash (other functions go to Numba's own locators). The folder is read from the
+    environment when a kernel compiles: Numba reads its config once, maybe before this package set it."""
 
-    def __init__(self, py_func, py_file) -> None:
-        super().__init__(py_func, py_file)
-        self._cache_path = os.path.join(config.CACHE_DIR, "kernels")
+    def __init__(self, py_func, py_file) -> None:  # noqa: D107 - Numba's signature
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        self._cache_path = os.path.join(os.environ.get("NUMBA_CACHE_DIR") or config.CACHE_DIR, "kernels")
 
     def get_source_stamp(self) -> str:
         return sources_digest()
@@ -48,7 +50,12 @@ class KernelCacheLocator(caching.UserProvidedCacheLocator):
     def from_function(cls, py_func, py_file):
         if not py_file or Path(py_file).resolve().parent != _KERNELS:
             return None
-        return super().from_function(py_func, py_file)
+        locator = cls(py_func, py_file)
+        try:
+            locator.ensure_cache_path()
+        except OSError:  # not writable: Numba's other locators, or no cache
+            return None
+        return locator
 
 
 def install() -> None:
