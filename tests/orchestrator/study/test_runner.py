@@ -68,7 +68,7 @@ def test_a_worker_group_restart_starts_the_history_again(tmp_path):
 
     sweep = load_sweep(write(tmp_path, TINY_SWEEP))
     results = tmp_path / "results"
-    recorder = _recorder(results, Progress(1, stream=io.StringIO()), refresh=export)
+    recorder = _recorder(results, Progress(1, stream=io.StringIO()), refresh=lambda r: export(r, plots=False))
     trial = _Trial(sweep.trials[0])
     recorder.on_trial_start(0, [], trial)
     for epochs in (3, 2):  # the first attempt dies after epoch 3, the second runs both epochs
@@ -95,7 +95,8 @@ def test_a_predictor_inputs_record_goes_to_its_own_folder_and_table(tmp_path):
 
     grid, measuring = load_sweep(write(tmp_path, TINY_SWEEP)).trials[:2]
     results = tmp_path / "results"
-    recorder = _recorder(results, Progress(2, stream=io.StringIO()), refresh=export, refresh_every_s=0)
+    recorder = _recorder(results, Progress(2, stream=io.StringIO()), refresh=lambda r: export(r, plots=False),
+                         refresh_every_s=0)
     for trial in (_Trial(grid), _Trial(measuring, predictor_input=True)):
         recorder.on_trial_start(0, [], trial)
         recorder.on_trial_result(0, [], trial, {"epoch_metrics": {"epoch": 1, "test_accuracy": 0.5}})
