@@ -114,13 +114,16 @@ def test_down_ends_only_recorded_processes_and_removes_only_recorded_namespaces(
 
 
 def test_the_cluster_mark_is_read_from_the_process_environment():
-    marked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
-                              env={**os.environ, emulation.ENV_VAR: "qaz"})
+    marked = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+                              env={**os.environ, emulation.ENV_VAR: "qaz"}, stdout=subprocess.PIPE, text=True)
     try:
+        # Until the child has run exec, /proc shows the environment it was forked with: this process's.
+        assert marked.stdout.readline() == "up\n"
         assert emulation._marked(marked.pid, "qaz") and not emulation._marked(marked.pid, "qa")
     finally:
         marked.kill()
         marked.wait()
+        marked.stdout.close()
 
 
 def test_a_refused_sweep_start_leaves_the_running_sweeps_cluster_alone(state_root, tmp_path, capsys, monkeypatch):
