@@ -48,7 +48,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -370,10 +369,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {problem}", file=sys.stderr)
             return 2
 
-    from .study.runner import RayUnreachable, ResultsExist, resume_command, run_sweep
+    from .study.runner import RayUnreachable, ResultsExist, import_in_background, resume_command, run_sweep
 
     # The tables' modules (pandas: most of a second) load while Ray starts, not before.
-    threading.Thread(target=_import_export, name="import-export", daemon=True).start()
+    import_in_background(f"{__package__}.results.export")
     try:
         results, unfinished = run_sweep(sweep, results, address=args.address, resume=args.resume,
                                         max_concurrent_trials=args.max_concurrent_trials, emulation=inside,
@@ -395,13 +394,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     _print_outcome(results)
     return 1 if unfinished else 0
-
-
-def _import_export() -> None:
-    try:
-        from .results import export  # noqa: F401
-    except Exception:  # noqa: BLE001 - the import where it is needed says why
-        pass
 
 
 def _refresh(results: Path) -> None:

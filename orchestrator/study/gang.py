@@ -6,8 +6,9 @@ trial takes its workers from a ``Pool`` in its own process (Tune reuses that pro
 trial): a ``Gang`` of ``num_workers`` ``TrialWorker`` actors in one placement group, kept idle after a
 trial and given to the next trial that asks for as many workers or fewer with the same resources (a
 trial of fewer workers runs on the gang's first ranks; the others wait), so a sweep over 1 and 2
-workers starts 2 worker processes, not 3. Each trial still gets a process group of its own (a fresh rendezvous on rank 0's host), its own
-environment variables, threads and seed; a gang whose trial failed in any way is killed, never reused.
+workers starts 2 worker processes, not 3. Each trial still gets a process group of its own (a fresh
+rendezvous on rank 0's host), its own environment variables, threads and seed; a gang whose trial
+failed in any way is killed, never reused.
 
 Placement is Ray Train's (2.60): one placement group of ``num_workers`` identical bundles, PACK
 (as few nodes as hold them); the workers grouped by node in the order the nodes first appear among

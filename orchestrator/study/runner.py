@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import fcntl
+import importlib
 import json
 import logging
 import os
@@ -98,10 +99,10 @@ def run_sweep(sweep: Sweep, results: str | os.PathLike, *, address: str | None =
     trials are still unfinished (nonzero only when the sweep was interrupted). ``emulation``: the
     emulated cluster this driver runs in (its Ray is the one joined); ``refresh(results)`` runs after
     the first trial's record is written and then at most every ``REFRESH_S`` seconds (the CLI rebuilds
-    the tables there, and rebuilds everything once more after this returns: a driver killed mid-sweep
-    leaves tables up to that long behind the records, which its resume or ``lowprec export`` rebuild);
-    ``finish(results)`` runs once the trials have ended or were interrupted (beside Ray's shutdown, in
-    a thread of its own: the CLI rebuilds the tables and plots there), before this returns.
+    the tables there: a driver killed mid-sweep leaves tables up to that long behind the records, which
+    its resume or ``lowprec export`` rebuild); ``finish(results)`` runs once the trials have ended or
+    were interrupted (beside Ray's shutdown, in a thread of its own: the CLI rebuilds the tables and
+    plots there), before this returns.
     OSError where the folder cannot be written."""
     results = Path(results).resolve()
     problem = folder_problem(results, sweep.name)
@@ -330,7 +331,7 @@ def _start_ray(address: str | None, emulation: Cluster | None = None, py_modules
     import ray
 
     # Tune's import (seconds of CPU) runs while ray.init waits on the processes it starts.
-    threading.Thread(target=_import_tune, name="import-tune", daemon=True).start()
+    import_in_background(f"{__package__}.trial")
 
     # Workers must import this checkout of the project (also where it is not pip-installed).
     package_root = str(Path(__file__).resolve().parent.parent)
@@ -371,11 +372,16 @@ def _start_ray(address: str | None, emulation: Cluster | None = None, py_modules
         raise KeyboardInterrupt
 
 
-def _import_tune() -> None:
-    try:
-        from . import trial  # noqa: F401 - Ray Tune and what a trial runs
-    except Exception:  # noqa: BLE001 - the import where it is needed says why
-        pass
+def import_in_background(module: str) -> None:
+    """Import ``module`` in a thread of its own, while this one waits on something else (Ray's start). A
+    failure is left to the import where the module is needed, which says why."""
+    def load() -> None:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - see above
+            pass
+
+    threading.Thread(target=load, name=f"import-{module}", daemon=True).start()
 
 
 def _check_answers(address: str, source: str, timeout_s: float = _JOIN_TIMEOUT_S) -> None:

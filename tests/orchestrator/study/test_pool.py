@@ -24,9 +24,7 @@ def test_a_sweep_over_1_and_2_workers_starts_one_gang_of_2_else_the_largest_that
         pool = module.Pool()
         pool.prepare([1, 2, 4, 2], {"CPU": 0.5}, [])
         assert started == expected and [shape[0] for shape in pool.idle] == expected
-        # every smaller count is served by the gang prepared; a larger one gets a gang of its own
-        for count in (1, 2, 4):
-            taken = pool.take(count, {"CPU": 0.5}, timeout_s=1) if count <= expected[0] else None
-            assert taken is None or taken.size == expected[0]
-            if taken is not None:
-                pool.give_back(taken)
+        for count in range(1, expected[0] + 1):  # every count up to its size is served by the gang prepared
+            taken = pool.take(count, {"CPU": 0.5}, timeout_s=1)
+            assert taken.size == expected[0] and started == expected
+            pool.give_back(taken)
