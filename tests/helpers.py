@@ -335,33 +335,11 @@ def record(compressor: str, seed: int, history: list[dict], workers: int = 1, lr
 # ---------------------------------------------------------------- command lines in a fresh interpreter
 
 
-_MAIN_DRIVER = """\
-import contextlib, io, json, runpy, sys, traceback
-module, cases = sys.argv[1], json.loads(sys.argv[2])
-results = {}
-for key, argv in cases.items():
-    out, err = io.StringIO(), io.StringIO()
-    sys.argv = [module, *argv]
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-    results[key] = {"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
-results["modules"] = sorted(sys.modules)
-print(json.dumps(results))
-"""
-
-
 def run_mains(module: str, cases: dict[str, list[str]], timeout: float = 300) -> dict[str, dict]:
     """``python -m module *argv`` for each case, all in one new interpreter (one start-up, one import
     of torch), one case after the other: per case its exit status, stdout and stderr (an uncaught
     exception's traceback included); under "modules" every module imported by the end."""
-    done = subprocess.run([sys.executable, "-c", _MAIN_DRIVER, module, json.dumps(cases)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "tests.mains", module, json.dumps(cases)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr

@@ -73,7 +73,10 @@ def numeric(values: pd.Series) -> pd.Series:
 
 def _plain(frame: pd.DataFrame) -> pd.DataFrame:
     """Python values with None for missing ones (pandas stores a missing setting as NaN)."""
-    return frame.astype(object).where(frame.notna(), None)
+    # Through numpy: DataFrame.where over object columns took 20 ms for a table of 100 columns.
+    values = frame.to_numpy(dtype=object, copy=True)
+    values[pd.isna(values)] = None
+    return pd.DataFrame(values, index=frame.index, columns=frame.columns, dtype=object)
 
 
 # ---------------------------------------------------------------- history table

@@ -47,9 +47,10 @@ def count(model: nn.Module) -> int:
         ("resnet50", (3, 32, 32), {}),
         ("vgg11", (1, 28, 28), {"head": "cifar"}),
         ("vgg11", (3, 32, 32), {"batch_norm": False, "head": "cifar"}),
-        ("vgg16", (3, 32, 32), {}),
-        ("alexnet", (1, 28, 28), {}),
-        ("alexnet", (3, 32, 32), {}),
+        # ImageNet's heads of 4096 units: 60 to 140 million parameters to initialize
+        pytest.param("vgg16", (3, 32, 32), {}, marks=pytest.mark.slow),
+        pytest.param("alexnet", (1, 28, 28), {}, marks=pytest.mark.slow),
+        pytest.param("alexnet", (3, 32, 32), {}, marks=pytest.mark.slow),
     ],
 )
 def test_model_forward_shape(name, shape, options):
@@ -60,6 +61,7 @@ def test_model_forward_shape(name, shape, options):
     assert logits.shape == (2, 10) and torch.isfinite(logits).all()
 
 
+@pytest.mark.slow
 def test_models_run_on_imagenet_sized_input():
     torch.manual_seed(0)
     for name in ("resnet18", "alexnet"):

@@ -27,7 +27,7 @@ def adaptive_reference(x: torch.Tensor, pi: float, grouping: str = "column") -> 
     flat = m.contiguous().reshape(-1).numpy()
     idx = top_indices(flat, k_sent(pi, flat.size))
     out = np.zeros(flat.size)
-    for r in range(rows):
+    for r in np.unique(idx // cols):  # the groups with a selected entry; the others decode to zeros
         sel = idx[(idx // cols) == r]
         for side in (flat[sel] >= 0, flat[sel] < 0):
             if side.any():

@@ -25,7 +25,10 @@ UNUSED_IDS = sorted({0, registry.unused_wire_id(), max(set(range(256)) - set(WIR
 # The ids of released payload formats: a payload made by one version decodes in the next.
 RELEASED_IDS = {"fp32": 1, "fp16": 2, "bf16": 3, "dynamic8": 4, "linear8": 5, "qsgd": 6, "onebit": 7,
                 "adaptive": 8, "topk": 9}
-HYPO = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+# The same examples on every run (derandomize): a failure found once is found again, and a run cannot
+# fail by drawing differently.
+HYPO = settings(max_examples=100, derandomize=True, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 
 def test_payload_error_is_a_value_error():

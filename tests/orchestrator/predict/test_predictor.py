@@ -89,7 +89,7 @@ def test_predict_fp32_and_qsgd_from_their_one_worker_trials(tmp_path, monkeypatc
     assert qsgd["comm_s"] < comm  # fewer bytes on the same link
 
 
-def test_predict_cli_writes_predictions_and_refuses_bad_input(tmp_path, capsys):
+def test_predict_cli_refuses_bad_input(tmp_path, capsys):
     folder = write_folder(tmp_path, [({}, ONE)])
     assert cli.main(["predict", str(folder), "--bandwidth", "10gibbit", "--num_workers", "4"]) == 2
     assert "bandwidth" in capsys.readouterr().err
@@ -100,6 +100,11 @@ def test_predict_cli_writes_predictions_and_refuses_bad_input(tmp_path, capsys):
                          "--compute_scale", scale]) == 2
         assert "--compute_scale must be a number in (0, inf)" in capsys.readouterr().err
     assert cli.main(["predict", str(tmp_path / "none"), "--bandwidth", "1gbit", "--num_workers", "4"]) == 2
+
+
+@pytest.mark.slow  # measures this machine: its reduction bandwidth and the codecs' times
+def test_predict_and_advise_cli_measure_and_write_predictions(tmp_path, capsys):
+    folder = write_folder(tmp_path, [({}, ONE)])
     assert cli.main(["advise", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 0
     assert "none pays: the folder has no configuration but fp32" in capsys.readouterr().out
     assert cli.main(["predict", str(folder), "--bandwidth", "1gbit", "--num_workers", "4"]) == 0
@@ -373,7 +378,10 @@ def study(tmp_path, outcomes, columns=None, statuses=None):
 
 
 def test_two_identical_calls_give_identical_predictions_the_second_from_the_cache(tmp_path, monkeypatch, capsys):
-    # the first call measures the model's profile and this machine's reduction here; the second may not
+    # the first call measures the model's profile and this machine's reduction (here stand-ins: the real
+    # measurements are test_predict_and_advise_cli_measure_and_write_predictions'); the second may not
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
     folder = study(tmp_path, [({}, [{"steps_to_target": 50.0}]), (QSGD, [{"steps_to_target": 50.0}])])
     argv = ["advise", str(folder), "--bandwidth", "100mbit", "--num_workers", "8"]
     assert cli.main(argv) == 0

@@ -42,7 +42,13 @@ def history(compressor: str, seed: int, target: float) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> Path:
+def exported(tmp_path_factory) -> tuple[Path, int, str]:
+    """A results folder of trial records only, then ``lowprec export`` of it: the folder, its exit status
+    and what it printed."""
+    import contextlib
+    import io
+
+    from orchestrator.cli import main
     from orchestrator.study.sweep_file import load_sweep
 
     folder = tmp_path_factory.mktemp("results") / "e"
@@ -59,8 +65,15 @@ def results(tmp_path_factory) -> Path:
         else:
             record = make_record(trial, "ok", None, rows)
         write_record(folder, record)
-    export(folder)
-    return folder
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["export", str(folder)])
+    return folder, code, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def results(exported) -> Path:
+    return exported[0]
 
 
 @pytest.fixture(scope="module")
@@ -176,16 +189,13 @@ def test_plots_are_png_files(results):
         assert data.startswith(b"\x89PNG") and len(data) > 5000
 
 
-def test_export_command_rebuilds_from_the_records(results, tmp_path, capsys):
+def test_the_export_command_builds_the_tables_and_plots_from_the_records(exported, tmp_path):
     from orchestrator.cli import main
 
-    (results / "trials.csv").unlink()
-    (results / "plots" / "speedup_vs_workers.png").unlink()
-    assert main(["export", str(results)]) == 0
-    assert (results / "trials.csv").is_file()
-    assert (results / "plots" / "speedup_vs_workers.png").is_file()
-    assert "summary.md" in capsys.readouterr().out
-    assert main(["export", str(tmp_path)]) == 2
+    folder, code, out = exported
+    assert code == 0 and "summary.md" in out
+    assert (folder / "trials.csv").is_file() and (folder / "plots" / "speedup_vs_workers.png").is_file()
+    assert main(["export", str(tmp_path)]) == 2  # no records
 
 
 def test_a_refresh_during_a_sweep_rebuilds_the_tables_not_the_plots(results, tmp_path):

@@ -12,7 +12,8 @@ from orchestrator.study import settings
 from orchestrator.study.env_info import cpu_ticks
 from orchestrator.study.train_loop import _parse_args, train
 from tests.distributed import run_ranks
-from tests.helpers import run_mains
+from tests.helpers import ROOT
+from tests.mains import run_main
 
 SMALL_MLP = {"dataset": "mnist", "model": "mlp", "width": 128, "depth": 2, "batch_size": 64,
              "optimizer": "sgd", "lr": 0.05, "seed": 0}
@@ -243,16 +244,16 @@ CLI_CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def cli_runs() -> dict[str, dict]:
-    """``python -m orchestrator.study.train_loop`` with each case's arguments and with --help, in one new interpreter."""
-    cases = {repr(args): args for args, _ in CLI_CASES}
-    return run_mains("orchestrator.study.train_loop", {**cases, "help": ["--help"]}, timeout=120)
+@pytest.fixture
+def cli(monkeypatch):
+    """``python -m orchestrator.study.train_loop *argv``, run here from the checkout: its exit status and output."""
+    monkeypatch.chdir(ROOT)
+    return lambda argv: run_main("orchestrator.study.train_loop", argv)
 
 
 @pytest.mark.parametrize("args, words", CLI_CASES)
-def test_training_cli_exits_2_naming_the_flag(cli_runs, args, words):
-    done = cli_runs[repr(args)]
+def test_training_cli_exits_2_naming_the_flag(cli, args, words):
+    done = cli(args)
     assert done["returncode"] == 2, done["stderr"]
     assert "Traceback" not in done["stderr"]
     for word in words:
@@ -271,7 +272,7 @@ def test_training_cli_takes_a_float_without_a_dot_and_leaves_the_json_path_alone
     assert existing.read_text() == "{}" and not (tmp_path / "new.json").exists()
 
 
-def test_training_cli_help_lists_only_training_settings(cli_runs):
-    text = cli_runs["help"]["stdout"]
+def test_training_cli_help_lists_only_training_settings(cli):
+    text = cli(["--help"])["stdout"]
     flags = set(re.findall(r"^\s+(?:-h, )?--(\w+)", text, re.M))
     assert flags == {*settings.TRAINING_KEYS, "help", "json"}
