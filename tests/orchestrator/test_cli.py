@@ -1,6 +1,6 @@
-"""The command line (orchestrator/cli.py): ``validate`` and ``run --dry_run`` in a fresh interpreter
-(the exit status, the located message, no Ray imported), and the outcome printed before any trial
-finished. Each subcommand's own behaviour is tested with the code it runs.
+"""The command line (orchestrator/cli.py): ``validate`` and ``run`` refusing a sweep file (the exit status,
+the located message), ``validate`` and ``run --dry_run`` in a fresh interpreter (no Ray imported), and the
+outcome printed before any trial finished. Each subcommand's own behaviour is tested with the code it runs.
 """
 from __future__ import annotations
 
@@ -8,42 +8,40 @@ import pytest
 
 from tests.helpers import SWEEP_HEADER as HEADER
 from tests.helpers import run_mains, write
+from tests.mains import run_main
 
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory):
-    """``python -m orchestrator`` with a bad and a good sweep file, in one new interpreter."""
+    """``python -m orchestrator`` validating a sweep file and listing its trials, in one new interpreter."""
     tmp_path = tmp_path_factory.mktemp("cli")
-    bad = write(tmp_path, HEADER + "sweep:\n  compressor: [{name: qsgd, bitz: 4}]\n", "x.yaml")
     good = write(tmp_path, HEADER + "sweep:\n  num_workers: [1, 2]\n")
-    (tmp_path / "broken.py").write_text("import nowhere_to_be_found\n")
-    reference = write(tmp_path, HEADER.replace("model: mlp", "model: broken.py:build"), "reference.yaml")
     runs = run_mains("orchestrator", {"validate": ["validate", str(good)],
-                                      "dry_run": ["run", str(good), "--dry_run", "--results", str(tmp_path / "r")],
-                                      "bad": ["validate", str(bad)],
-                                      "reference": ["run", str(reference), "--results", str(tmp_path / "r2")]})
-    return tmp_path, bad, runs
+                                      "dry_run": ["run", str(good), "--dry_run", "--results", str(tmp_path / "r")]})
+    return tmp_path, runs
 
 
-def test_validate_exits_2_with_the_located_message(fresh):
-    _, path, runs = fresh
-    done = runs["bad"]
+def test_validate_exits_2_with_the_located_message(tmp_path):
+    path = write(tmp_path, HEADER + "sweep:\n  compressor: [{name: qsgd, bitz: 4}]\n", "x.yaml")
+    done = run_main("orchestrator", ["validate", str(path)])
     assert done["returncode"] == 2
     assert f"{path}:9: unknown key 'bitz' in sweep.compressor[0] (did you mean 'bits'?)" in done["stderr"]
     assert done["stdout"] == ""
 
 
-def test_a_model_file_that_cannot_be_imported_exits_2_before_ray_in_one_line(fresh):
-    tmp_path, _, runs = fresh
-    done = runs["reference"]
+def test_a_model_file_that_cannot_be_imported_exits_2_before_ray_in_one_line(tmp_path):
+    (tmp_path / "broken.py").write_text("import nowhere_to_be_found\n")
+    reference = write(tmp_path, HEADER.replace("model: mlp", "model: broken.py:build"), "reference.yaml")
+    done = run_main("orchestrator", ["run", str(reference), "--results", str(tmp_path / "r2")])
     assert done["returncode"] == 2 and done["stdout"] == ""
-    assert done["stderr"] == (f"error: {tmp_path / 'reference.yaml'}:3: model: cannot import {tmp_path / 'broken.py'}: "
+    assert done["stderr"] == (f"error: {reference}:3: model: cannot import {tmp_path / 'broken.py'}: "
                               "no module named 'nowhere_to_be_found'\n")
     assert not (tmp_path / "r2").exists()
 
 
+@pytest.mark.slow  # a new interpreter: what it imported
 def test_validate_and_dry_run_list_trials_without_importing_ray(fresh):
-    tmp_path, _, runs = fresh
+    tmp_path, runs = fresh
     for key in ("validate", "dry_run"):
         assert runs[key]["returncode"] == 0, runs[key]["stderr"]
     assert "ray" not in runs["modules"], "ray was imported"

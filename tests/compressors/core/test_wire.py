@@ -187,6 +187,7 @@ def test_adaptive_column_index_out_of_range_32_bit():
 DECODERS = [C.get(name, **p) for name, p in CONFIGS]
 
 
+@pytest.mark.slow  # fuzzing: 100 generated payloads
 @HYPO
 @given(data=st.binary(max_size=160))
 def test_random_bytes(data):
@@ -195,6 +196,7 @@ def test_random_bytes(data):
             c.decode(tensor(data))
 
 
+@pytest.mark.slow  # fuzzing: 100 generated payloads
 @HYPO
 @given(rest=st.binary(min_size=36, max_size=140), codec=st.sampled_from(WIRE_IDS + UNUSED_IDS),
        ndim=st.integers(0, 9))
@@ -226,6 +228,7 @@ def header_fields(draw):
     return c, bytearray(head) + tail
 
 
+@pytest.mark.slow  # fuzzing: 100 generated payloads
 @HYPO
 @given(case=header_fields())
 def test_random_headers_and_bodies(case):
@@ -248,6 +251,7 @@ def mutated(draw):
     return name, c, b, in_body, shape
 
 
+@pytest.mark.slow  # fuzzing: 100 generated payloads
 @HYPO
 @given(case=mutated())
 def test_flipped_bytes_of_a_valid_payload(case):
