@@ -57,6 +57,11 @@ BODY_NBYTES = {
     "maxmin": lambda n, shape, p: 8 * ceil_div(n, p.get("bucket", 1024)) + ceil_div(n * p.get("bits", 4), 8),
     # an exponent byte and a sign bit per entry
     "natural": lambda n, shape, p: ceil_div(9 * n, 8),
+    # a float32 scale per block (block 0: one), one byte per entry
+    "fp8": lambda n, shape, p: 4 * (ceil_div(n, p["block"]) if p.get("block") else min(n, 1)) + n,
+    # an E8M0 byte per block of 32, then 8, 6 or 4 bits per entry
+    "mx": lambda n, shape, p: ceil_div(n, 32) + ceil_div(n * {"e3m2": 6, "e2m3": 6, "e2m1": 4}.get(
+        p.get("element", "e4m3"), 8), 8),
 }
 
 
