@@ -2,16 +2,20 @@
 
 Per block (``block = 0``: the whole tensor), ``scale = amax / max_normal`` as a float32
 division (max normal 448 for E4M3, 57344 for E5M2), and each entry is the float8 cast of
-``x / scale``: torch's own cast (``torch.float8_e4m3fn``, ``torch.float8_e5m2``), round to
+``x / scale`` clamped to +-max_normal (torchao's saturated cast): torch's own cast (``torch.float8_e4m3fn``, ``torch.float8_e5m2``), round to
 nearest even, or with ``rounding: stochastic`` one of the two neighbouring float8 values,
 the upper with probability (|v| - lower) / (upper - lower) from the counter hash of
 (seed, step, rank, stream, index): unbiased. Decode: ``float(code) * scale``.
-An all-zero block has scale 1; a block holding NaN or Inf decodes to NaN.
+An all-zero block has scale 1, a block whose scale would underflow to 0 the smallest float32;
+a block holding NaN or Inf decodes to NaN.
 
 Body: ``ceil(n / block)`` float32 scales, then one byte per entry.
 """
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import torch
 
 from ..core import minifloat, rng, wire
@@ -19,6 +23,7 @@ from ..core.base import Compressor, numel
 from ..core.params import Param
 
 FORMATS = ("e4m3", "e5m2")
+TINY = 2.0**-149  # the smallest float32 (a subnormal)
 
 
 class FP8(Compressor):
@@ -32,6 +37,7 @@ class FP8(Compressor):
               doc="to the nearest float8 value (ties to even), or stochastically between the two neighbours"),
     )
     examples = ({}, {"block": 7, "format": "e5m2"}, {"rounding": "stochastic", "block": 32})
+    has_numba = True
 
     @property
     def fmt(self) -> minifloat.Format:
@@ -58,16 +64,21 @@ class FP8(Compressor):
         n = flat.numel()
         blocks = self._blocks(flat)
         amax = blocks.abs().amax(dim=1)
-        scale = torch.where(amax == 0, 1.0, amax / self.fmt.max_normal)
-        v = (blocks / scale[:, None]).reshape(-1)[:n]
+        scale = amax / self.fmt.max_normal
+        # An all-zero block: scale 1. A scale that underflows (amax below max_normal * 2**-149): the
+        # smallest float32, so that x / scale stays finite (torchao floors amax for the same reason).
+        scale = torch.where(amax == 0, 1.0, torch.where(scale == 0, TINY, scale))
+        # Saturated, as torchao's cast is: the division's rounding can put amax's entry past max_normal
+        # (far past it where the scale is a subnormal of few significant bits), and E5M2 has an infinity.
+        top = self.fmt.max_normal
+        v = (blocks / scale[:, None]).reshape(-1)[:n].clamp(-top, top)
         dtype = minifloat.TORCH_DTYPES[self.format]
         if self.rounding == "nearest":
             codes = v.to(dtype).view(torch.uint8)
         else:
-            # Saturated first: the division's rounding can put amax's entry a little past max_normal.
             finite = torch.isfinite(v)
             u = rng.uniform(rng.stream_key(self.seed, step, rank, stream), n, flat.device)
-            v = torch.where(finite, v.clamp(-self.fmt.max_normal, self.fmt.max_normal), 0.0)
+            v = torch.where(finite, v, 0.0)
             codes = minifloat.round_to(self.fmt, v.double(), "stochastic", u).to(torch.uint8)
             codes = torch.where(finite, codes, v.new_full((), float("nan")).to(dtype).view(torch.uint8))
         return [scale, codes]
@@ -81,3 +92,30 @@ class FP8(Compressor):
         row = self.block or max(n, 1)
         padded = torch.nn.functional.pad(values, (0, nb * row - n)).view(nb, row)
         return (padded * scale[:, None]).reshape(-1)[:n]
+
+    def _encode_numba(self, flat, body, shape, *, step, rank, stream):
+        from ..kernels.common import f32_section
+        from ..kernels.minifloat import fp8_encode
+
+        nb = self._nblocks(flat.size)
+        fmt = self.fmt
+        key = rng.stream_key(self.seed, step, rank, stream) if self.rounding == "stochastic" else 0
+        fp8_encode(flat, self.block, f32_section(body, 0, nb, writable=True), body[4 * nb:], np.float32(fmt.max_normal),
+                   fmt.mbits, fmt.bias, fmt.finite - 1, _NAN_CODE, self.rounding == "stochastic", np.uint32(key),
+                   minifloat.magnitudes(fmt))
+
+    def _decode_numba(self, body, shape, out, add):
+        from ..kernels.common import f32_section
+        from ..kernels.minifloat import fp8_decode
+
+        nb = self._nblocks(out.size)
+        fp8_decode(body[4 * nb:], f32_section(body, 0, nb), self.block, _code_values(self.format), out, add)
+
+
+_NAN_CODE = 0x7F  # torch's cast of a NaN of clear sign, in both types
+
+
+@functools.cache
+def _code_values(fmt: str) -> np.ndarray:
+    """float32[256]: torch's float32 of each code (its NaNs' bits too), what the Numba decode multiplies."""
+    return torch.arange(256, dtype=torch.uint8).view(minifloat.TORCH_DTYPES[fmt]).to(torch.float32).numpy()

@@ -23,6 +23,9 @@ at 8, 6 or 4 bits each (8.25, 6.25 and 4.25 bits per entry).
 """
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import torch
 
 from ..core import bits as bitpack
@@ -49,6 +52,7 @@ class MX(Compressor):
     )
     examples = ({}, {"element": "e5m2"}, {"element": "e3m2"}, {"element": "e2m3"},
                 {"element": "e2m1", "rounding": "stochastic"}, {"element": "int8", "rounding": "stochastic"})
+    has_numba = True
 
     @property
     def element_bits(self) -> int:
@@ -101,11 +105,43 @@ class MX(Compressor):
         return (padded * x[:, None]).reshape(-1)[:n]
 
     def _values(self, device: torch.device) -> torch.Tensor:
-        """float32 value of each element code."""
+        return torch.from_numpy(_element_values(self.element)).to(device)
+
+    def _encode_numba(self, flat, body, shape, *, step, rank, stream):
+        from ..kernels.minifloat import mx_encode
+
+        nb = -(-flat.size // BLOCK)
+        stochastic = self.rounding == "stochastic"
+        key = rng.stream_key(self.seed, step, rank, stream) if stochastic else 0
         if self.element == "int8":
-            table = torch.arange(256, dtype=torch.int32)
-            return (torch.where(table >= 128, table - 256, table).to(torch.float32) * 2.0**-INT8_FRACTION_BITS).to(device)
-        return torch.from_numpy(minifloat.code_values(minifloat.FORMATS[self.element])).to(device)
+            mbits = bias = max_code = 0
+            magnitudes = np.zeros(1)
+        else:
+            fmt = minifloat.FORMATS[self.element]
+            mbits, bias, max_code, magnitudes = fmt.mbits, fmt.bias, fmt.finite - 1, minifloat.magnitudes(fmt)
+        mx_encode(flat, body[:nb], body[nb:], self.element_bits, self.emax, self.element == "int8", mbits, bias,
+                  max_code, stochastic, np.uint32(key), magnitudes)
+
+    def _decode_numba(self, body, shape, out, add):
+        from ..kernels.minifloat import mx_decode
+
+        nb = -(-out.size // BLOCK)
+        mx_decode(body[nb:], body[:nb], self.element_bits, _element_values(self.element), _scale_values(), out, add)
+
+
+@functools.cache
+def _element_values(element: str) -> np.ndarray:
+    """float32 value of each element code (int8: two's complement in units of 2**-6)."""
+    if element == "int8":
+        return (np.arange(256, dtype=np.int32).astype(np.uint8).view(np.int8).astype(np.float32)
+                * np.float32(2.0**-INT8_FRACTION_BITS))
+    return minifloat.code_values(minifloat.FORMATS[element])
+
+
+@functools.cache
+def _scale_values() -> np.ndarray:
+    """float32[256]: 2**(byte - 127), NaN for 0xFF (what decode multiplies by)."""
+    return np.append(np.power(2.0, np.arange(NAN_SCALE) - SCALE_BIAS), np.nan).astype(np.float32)
 
 
 def _round_int8(v: torch.Tensor, rounding: str, u: torch.Tensor | None) -> torch.Tensor:

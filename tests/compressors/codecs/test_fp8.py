@@ -17,7 +17,7 @@ DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 def cast_reference(x: torch.Tensor, fmt: str, block: int) -> torch.Tensor:
     """The definition, block by block, in plain torch: scale = amax / max_normal (float32), the float8
-    cast of x / scale, times scale; an all-zero block has scale 1."""
+    cast of x / scale saturated at max_normal, times scale; an all-zero block has scale 1."""
     flat = x.reshape(-1)
     row = block or flat.numel()
     out = torch.empty_like(flat)
@@ -25,7 +25,10 @@ def cast_reference(x: torch.Tensor, fmt: str, block: int) -> torch.Tensor:
         piece = flat[a:a + row]
         amax = piece.abs().max()
         scale = torch.tensor(1.0) if amax == 0 else amax / torch.tensor(MAX_NORMAL[fmt])
-        out[a:a + row] = (piece / scale).to(DTYPES[fmt]).to(torch.float32) * scale
+        if scale == 0 < amax:  # underflowed
+            scale = torch.tensor(2.0**-149)
+        top = MAX_NORMAL[fmt]
+        out[a:a + row] = (piece / scale).clamp(-top, top).to(DTYPES[fmt]).to(torch.float32) * scale
     return out.reshape(x.shape)
 
 
@@ -37,6 +40,18 @@ def test_decode_equals_torchs_cast(fmt, block, shape):
     x.view(-1)[5] = 0.0
     out = roundtrip(C.get("fp8", format=fmt, block=block), x)
     assert torch.equal(out, cast_reference(x, fmt, block))
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_a_block_of_the_smallest_floats_keeps_its_values(fmt):
+    # amax / max_normal underflows to 0: the scale is the smallest float32 instead, and x / scale is exact
+    x = torch.tensor([1e-44, -3e-45, 0.0, 5e-45, 1.4e-45])
+    out = roundtrip(C.get("fp8", format=fmt), x)
+    assert torch.equal(out, x) and torch.equal(out, cast_reference(x, fmt, 0))
+    # subnormal maxima: a scale of few significant bits puts x / scale past max_normal, saturated
+    x = randn(100, seed=1) * 1e-40
+    out = roundtrip(C.get("fp8", format=fmt, block=7), x)
+    assert bool(torch.isfinite(out).all()) and torch.equal(out, cast_reference(x, fmt, 7))
 
 
 def test_the_scales_and_codes_are_where_the_module_says():
