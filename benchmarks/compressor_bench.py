@@ -5,7 +5,7 @@
                                           [--compressors fp32,qsgd,...] [--cols 1024]
 
 For each compressor in ``compressors.COMPRESSORS`` with its default parameters (``qsgd``
-at ``bits`` 2, 4 and 8), each implementation it has among ``--impls`` (default:
+at ``bits`` 2, 4 and 8, ``fp8`` also with ``block`` 32, ``mx`` also with e3m2 and e2m1 elements), each implementation it has among ``--impls`` (default:
 ``reference`` and, on the CPU, ``numba``) and each size ``n = 2**e`` (``--sizes``
 lists the exponents), a float32 Gaussian tensor of shape ``(n // cols, cols)``
 (a weight matrix; ``cols`` defaults to 1024) is encoded into a reused payload
@@ -41,7 +41,12 @@ from compressors.comm import accounting
 from orchestrator.study import env_info
 from orchestrator.study.labels import config_label
 
-QSGD_BITS = (2, 4, 8)
+# The parameter sets benchmarked beside the defaults: widths and layouts whose kernels differ.
+VARIANTS = {
+    "qsgd": tuple({"bits": b} for b in (2, 4, 8)),
+    "fp8": ({}, {"block": 32}),
+    "mx": ({}, {"element": "e3m2"}, {"element": "e2m1"}),
+}
 
 
 def configs(names: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
@@ -50,10 +55,7 @@ def configs(names: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
     for name in compressors.COMPRESSORS:
         if names is not None and name not in names:
             continue
-        if name == "qsgd":
-            out += [(name, {"bits": b}) for b in QSGD_BITS]
-        else:
-            out.append((name, {}))
+        out += [(name, params) for params in VARIANTS.get(name, ({},))]
     return out
 
 
