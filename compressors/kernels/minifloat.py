@@ -16,21 +16,25 @@ from .common import F32, INLINE, JIT, absmax, bits_f32, f32_bits, uniform
 
 
 @njit(**INLINE)
-def rne_code(a_bits, mbits, bias, max_code):
-    """The code of the magnitude whose float32 bits are ``a_bits`` (finite, sign clear)."""
+def rounding(mbits, bias):
+    """The constants of rne_code for a type (computed once, outside the loops): the mantissa bits to
+    drop, the code of 2**0's offset, the scale to subnormal steps and the smallest normal's bits."""
+    return (np.uint32(23 - mbits), np.int32((127 - bias) << mbits), F32(2.0 ** (bias - 1 + mbits)),
+            np.uint32((128 - bias) << 23))
+
+
+@njit(**INLINE)
+def rne_code(a_bits, constants, max_code):
+    """The code of the magnitude whose float32 bits are ``a_bits`` (finite, sign clear); ``constants``
+    from ``rounding``. Both paths are computed and one selected, so that loops over it vectorise."""
+    shift, offset, sub_scale, min_normal = constants
     a_bits = np.uint32(a_bits)
-    if a_bits < np.uint32((128 - bias) << 23):  # below 2**(1 - bias): a subnormal of the type
-        steps = np.rint(bits_f32(a_bits) * F32(2.0 ** (bias - 1 + mbits)))
-        code = np.int64(steps)
-    else:
-        shift = 23 - mbits
-        keep = np.int64((a_bits & np.uint32(0x7FFFFF)) >> np.uint32(shift))
-        rem = a_bits & np.uint32((1 << shift) - 1)
-        half = np.uint32(1 << (shift - 1))
-        code = ((np.int64(a_bits >> np.uint32(23)) - 127 + bias) << mbits) + keep
-        if rem > half or (rem == half and (keep & 1) == 1):
-            code += 1
-    return code if code < max_code else np.int64(max_code)
+    # normal: add just under half an ulp of the type, plus the kept bits' lowest (ties to even)
+    rounded = a_bits + ((np.uint32(1) << (shift - np.uint32(1))) - np.uint32(1)) + ((a_bits >> shift) & np.uint32(1))
+    normal = np.int32(rounded >> shift) - offset
+    subnormal = np.int32(np.rint(bits_f32(a_bits) * sub_scale))
+    code = subnormal if a_bits < min_normal else normal
+    return code if code < max_code else np.int32(max_code)
 
 
 @njit(**INLINE)
@@ -52,6 +56,7 @@ def fp8_encode(x, block, scales, codes, max_normal, mbits, bias, max_code, nan_c
     code of x / scale (see fp8.py)."""
     n = x.size
     row = block if block > 0 else max(n, 1)
+    constants = rounding(mbits, bias)
     for b in range(scales.size):
         lo, hi = b * row, min((b + 1) * row, n)
         amax = absmax(x, lo, hi)
@@ -61,20 +66,34 @@ def fp8_encode(x, block, scales, codes, max_normal, mbits, bias, max_code, nan_c
         elif scale == 0:
             scale = bits_f32(np.uint32(1))
         scales[b] = scale
-        for i in range(lo, hi):
-            v = x[i] / scale
-            bits = f32_bits(v)
-            sign = np.uint8((bits >> np.uint32(24)) & np.uint32(0x80))
-            a_bits = np.uint32(bits & np.uint32(0x7FFFFFFF))
-            if a_bits > np.uint32(0x7F800000):  # NaN (a non-finite block's)
-                codes[i] = np.uint8(nan_code) if stochastic else np.uint8(nan_code) | sign
-                continue
-            code = rne_code(a_bits, mbits, bias, max_code)
-            if stochastic:
-                a = bits_f32(a_bits)
-                a = a if a < F32(max_normal) else F32(max_normal)
-                code = stochastic_code(a, rne_code(f32_bits(a), mbits, bias, max_code), uniform(key, i), magnitudes)
-            codes[i] = np.uint8(code) | sign
+        if stochastic:
+            _fp8_stochastic(x, lo, hi, scale, codes, max_normal, constants, max_code, nan_code, key, magnitudes)
+        else:
+            _fp8_nearest(x[lo:hi], scale, codes[lo:hi], constants, max_code, nan_code)
+
+
+# Functions of their own (not inlined): LLVM vectorises this loop alone, not inside the block loop.
+@njit(**JIT)
+def _fp8_nearest(x, scale, codes, constants, max_code, nan_code):
+    for i in range(x.size):
+        bits = f32_bits(x[i] / scale)
+        a_bits = np.uint32(bits & np.uint32(0x7FFFFFFF))
+        code = rne_code(a_bits, constants, max_code)
+        code = np.int32(nan_code) if a_bits > np.uint32(0x7F800000) else code  # a non-finite block's NaN
+        codes[i] = np.uint8(code | np.int32((bits >> np.uint32(24)) & np.uint32(0x80)))
+
+
+@njit(**JIT)
+def _fp8_stochastic(x, lo, hi, scale, codes, max_normal, constants, max_code, nan_code, key, magnitudes):
+    for i in range(lo, hi):
+        bits = f32_bits(x[i] / scale)
+        a_bits = np.uint32(bits & np.uint32(0x7FFFFFFF))
+        if a_bits > np.uint32(0x7F800000):  # a NaN of clear sign, as the reference's
+            codes[i] = np.uint8(nan_code)
+            continue
+        a = min(bits_f32(a_bits), F32(max_normal))
+        code = stochastic_code(a, rne_code(f32_bits(a), constants, max_code), uniform(key, i), magnitudes)
+        codes[i] = np.uint8(code | np.int32((bits >> np.uint32(24)) & np.uint32(0x80)))
 
 
 @njit(**JIT)
@@ -94,6 +113,8 @@ def fp8_decode(codes, scales, block, values, out, add):
 
 
 # ---------------------------------------------------------------- mx (compressors.codecs.mx)
+# Blocks of 32 codes fill whole bytes (32, 24 or 16 of them at 8, 6 or 4 bits), so each block packs
+# and unpacks on its own: 8 bits one byte per code, 6 bits four codes in three bytes, 4 bits two in one.
 
 
 @njit(**INLINE)
@@ -110,74 +131,137 @@ def floor_log2(bits):
     return np.int64(top) - 149
 
 
-@njit(**INLINE)
-def _put(packed, i, bits, code):
-    at = i * bits
-    byte, shift = at >> 3, at & 7
-    packed[byte] |= np.uint8((code << shift) & 0xFF)
-    if shift + bits > 8:
-        packed[byte + 1] |= np.uint8(code >> (8 - shift))
-
-
-@njit(**INLINE)
-def _get(packed, i, bits):
-    at = i * bits
-    byte, shift = at >> 3, at & 7
-    code = np.int64(packed[byte]) >> shift
-    if shift + bits > 8:
-        code |= np.int64(packed[byte + 1]) << (8 - shift)
-    return code & ((1 << bits) - 1)
+@njit(**JIT)
+def _block_scales(x, scales, v_scales, emax):
+    """Each block's E8M0 byte and the float32 2**-s its entries are multiplied by (NaN where the block
+    holds NaN or Inf: its entries' codes are then computed from NaN and replaced by 0)."""
+    n = x.size
+    for b in range(scales.size):
+        amax_bits = f32_bits(absmax(x, b * 32, min((b + 1) * 32, n)))
+        if amax_bits >= np.uint32(0x7F800000):
+            scales[b] = np.uint8(0xFF)
+            v_scales[b] = np.nan
+        else:
+            s = -127 if amax_bits == 0 else min(max(floor_log2(amax_bits) - emax, -127), 127)
+            scales[b] = np.uint8(s + 127)
+            v_scales[b] = F32(2.0 ** -s)
 
 
 @njit(**JIT)
+def _fp_codes(x, v_scales, codes, bits, constants, max_code):
+    """Nearest codes of x * 2**-s (exact where it matters: what underflows rounds to 0 in every type)."""
+    n = x.size
+    for b in range(v_scales.size):
+        scale = v_scales[b]
+        for i in range(b * 32, min(b * 32 + 32, n)):
+            v_bits = f32_bits(x[i] * scale)
+            a_bits = np.uint32(v_bits & np.uint32(0x7FFFFFFF))
+            code = rne_code(a_bits, constants, max_code) | np.int32((v_bits >> np.uint32(31)) << (bits - 1))
+            codes[i] = np.uint8(0 if a_bits > np.uint32(0x7F800000) else code)
+
+
+@njit(**JIT)
+def _fp_codes_stochastic(x, v_scales, codes, bits, constants, max_code, key, magnitudes):
+    sign_bit = np.int32(1) << (bits - 1)
+    top = F32(magnitudes[max_code])
+    for i in range(x.size):
+        v_bits = f32_bits(x[i] * v_scales[i >> 5])
+        a_bits = np.uint32(v_bits & np.uint32(0x7FFFFFFF))
+        if a_bits > np.uint32(0x7F800000):
+            codes[i] = 0
+            continue
+        a = min(bits_f32(a_bits), top)
+        code = stochastic_code(a, rne_code(f32_bits(a), constants, max_code), uniform(key, i), magnitudes)
+        codes[i] = np.uint8(code | (sign_bit if v_bits >> np.uint32(31) else 0))
+
+
+@njit(**JIT)
+def _int8_codes(x, v_scales, codes, stochastic, key):
+    """Two's complement of x * 2**(6 - s) rounded (exact in float64), clamped to +-127."""
+    for i in range(x.size):
+        scale = np.float64(v_scales[i >> 5])
+        q = np.float64(x[i]) * scale * 64.0
+        if stochastic:
+            low = np.floor(q)
+            q = low + (1.0 if np.float64(uniform(key, i)) < q - low else 0.0)
+        else:
+            q = np.rint(q)
+        codes[i] = np.uint8(0 if np.isnan(scale) else np.int32(min(max(q, -127.0), 127.0)) & 0xFF)
+
+
+@njit(**JIT)
+def _pack(codes, bits, packed):
+    """Little-endian bit packing of 6- or 4-bit codes (8-bit codes are the bytes)."""
+    n = codes.size
+    if bits == 4:
+        for j in range(n // 2):
+            packed[j] = np.uint8(codes[2 * j] | (codes[2 * j + 1] << 4))
+        if n % 2:
+            packed[n // 2] = codes[n - 1]
+    else:
+        for g in range(n // 4):
+            c0, c1, c2, c3 = codes[4 * g], codes[4 * g + 1], codes[4 * g + 2], codes[4 * g + 3]
+            packed[3 * g] = np.uint8((c0 | (c1 << 6)) & 0xFF)
+            packed[3 * g + 1] = np.uint8(((c1 >> 2) | (c2 << 4)) & 0xFF)
+            packed[3 * g + 2] = np.uint8(((c2 >> 4) | (c3 << 2)) & 0xFF)
+        rest = n - n // 4 * 4
+        if rest:
+            word = 0
+            for j in range(rest):
+                word |= np.int64(codes[n // 4 * 4 + j]) << (6 * j)
+            for k in range((rest * 6 + 7) // 8):
+                packed[3 * (n // 4) + k] = np.uint8((word >> (8 * k)) & 0xFF)
+
+
 def mx_encode(x, scales, packed, bits, emax, is_int, mbits, bias, max_code, stochastic, key, magnitudes):
     """Per block of 32: the E8M0 byte of 2**s, s = floor(log2 amax) - emax clamped to +-127 (0xFF for a
     block holding NaN or Inf, whose codes are 0), then each element's code of x * 2**-s, packed."""
-    n = x.size
-    packed[:] = 0
-    sign_bit = np.int64(1) << (bits - 1)
-    for b in range(scales.size):
-        lo, hi = b * 32, min((b + 1) * 32, n)
-        amax_bits = f32_bits(absmax(x, lo, hi))
-        if amax_bits >= np.uint32(0x7F800000):
-            scales[b] = np.uint8(0xFF)
-            continue
-        s = -127 if amax_bits == 0 else min(max(floor_log2(amax_bits) - emax, -127), 127)
-        scales[b] = np.uint8(s + 127)
-        for i in range(lo, hi):
-            if is_int:
-                q = np.float64(x[i]) * 2.0 ** (6 - s)  # exact in float64
-                if stochastic:
-                    low = np.floor(q)
-                    q = low + (1.0 if np.float64(uniform(key, i)) < q - low else 0.0)
-                else:
-                    q = np.rint(q)
-                q = min(max(q, -127.0), 127.0)
-                code = np.int64(q) & 0xFF
-            else:
-                v = x[i] * F32(2.0 ** -s)  # exact where it matters: what underflows rounds to 0 anyway
-                v_bits = f32_bits(v)
-                a_bits = np.uint32(v_bits & np.uint32(0x7FFFFFFF))
-                code = rne_code(a_bits, mbits, bias, max_code)
-                if stochastic:
-                    a = min(bits_f32(a_bits), F32(magnitudes[max_code]))
-                    code = stochastic_code(a, rne_code(f32_bits(a), mbits, bias, max_code), uniform(key, i),
-                                           magnitudes)
-                if v_bits >> np.uint32(31):
-                    code |= sign_bit
-            _put(packed, i, bits, code)
+    v_scales = np.empty(scales.size, np.float32)
+    _block_scales(x, scales, v_scales, emax)
+    codes = packed if bits == 8 else np.empty(x.size, np.uint8)
+    if is_int:
+        _int8_codes(x, v_scales, codes, stochastic, key)
+    else:
+        constants = (np.uint32(23 - mbits), np.int32((127 - bias) << mbits), np.float32(2.0 ** (bias - 1 + mbits)),
+                     np.uint32((128 - bias) << 23))
+        if stochastic:
+            _fp_codes_stochastic(x, v_scales, codes, bits, constants, max_code, key, magnitudes)
+        else:
+            _fp_codes(x, v_scales, codes, bits, constants, max_code)
+    if bits != 8:
+        _pack(codes, bits, packed)
 
 
 @njit(**JIT)
 def mx_decode(packed, scales, bits, values, scale_values, out, add):
     """out[i] (+)= values[code] * the block's 2**s (NaN for the byte 0xFF)."""
-    n = out.size
-    for b in range(scales.size):
-        lo, hi = b * 32, min((b + 1) * 32, n)
-        scale = scale_values[scales[b]]
-        for i in range(lo, hi):
-            value = values[_get(packed, i, bits)] * scale
-            if add:
-                out[i] += value
-            else:
-                out[i] = value
+    if bits == 8:
+        _decode8(packed, scales, values, scale_values, out, add)
+    elif bits == 4:
+        _decode4(packed, scales, values, scale_values, out, add)
+    else:
+        _decode6(packed, scales, values, scale_values, out, add)
+
+
+@njit(**JIT)
+def _decode8(packed, scales, values, scale_values, out, add):
+    for i in range(out.size):
+        value = values[packed[i]] * scale_values[scales[i >> 5]]
+        out[i] = out[i] + value if add else value
+
+
+@njit(**JIT)
+def _decode4(packed, scales, values, scale_values, out, add):
+    for i in range(out.size):
+        value = values[(packed[i >> 1] >> ((i & 1) * 4)) & 15] * scale_values[scales[i >> 5]]
+        out[i] = out[i] + value if add else value
+
+
+@njit(**JIT)
+def _decode6(packed, scales, values, scale_values, out, add):
+    for i in range(out.size):
+        bit = 6 * i
+        k = bit >> 3
+        word = np.int32(packed[k]) | ((np.int32(packed[k + 1]) << 8) if (bit & 7) > 2 else 0)
+        value = values[(word >> (bit & 7)) & 63] * scale_values[scales[i >> 5]]
+        out[i] = out[i] + value if add else value
