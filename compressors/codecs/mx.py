@@ -24,6 +24,7 @@ at 8, 6 or 4 bits each (8.25, 6.25 and 4.25 bits per entry).
 from __future__ import annotations
 
 import functools
+import weakref
 
 import numpy as np
 import torch
@@ -53,6 +54,7 @@ class MX(Compressor):
     examples = ({}, {"element": "e5m2"}, {"element": "e3m2"}, {"element": "e2m3"},
                 {"element": "e2m1", "rounding": "stochastic"}, {"element": "int8", "rounding": "stochastic"})
     has_numba = True
+    cuda_program = "minifloat"
 
     @property
     def element_bits(self) -> int:
@@ -127,6 +129,57 @@ class MX(Compressor):
 
         nb = -(-out.size // BLOCK)
         mx_decode(body[nb:], body[:nb], self.element_bits, _element_values(self.element), _scale_values(), out, add)
+
+    def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream):
+        n = flat.size
+        nb = -(-n // BLOCK)
+        if n == 0:
+            return
+        maxima = k.zeros(nb, np.uint32)
+        k("mf_block_max", k.grid(n), flat, np.int64(n), np.int64(BLOCK), maxima)
+        scales = body[:nb]
+        v_scales = k.empty(nb, np.float32)
+        k("mx_scales", k.grid(nb), maxima, np.int64(nb), np.int32(self.emax), scales, v_scales)
+        packed = body[nb:]
+        codes = packed if self.element_bits == 8 else k.empty(n, np.uint8)
+        stochastic = self.rounding == "stochastic"
+        key = rng.stream_key(self.seed, step, rank, stream) if stochastic else 0
+        if self.element == "int8":
+            mbits = bias = max_code = 0
+        else:
+            fmt = minifloat.FORMATS[self.element]
+            mbits, bias, max_code = fmt.mbits, fmt.bias, fmt.finite - 1
+        k("mx_codes", k.grid(n), flat, np.int64(n), v_scales, np.int32(self.element_bits),
+          np.int32(self.element == "int8"), np.int32(mbits), np.int32(bias), np.int32(max_code), np.int32(stochastic),
+          np.uint32(key), _device_table(k, ("magnitudes", self.element)), codes)
+        if self.element_bits != 8:
+            k("mx_pack", k.grid(-(-n // 2)), codes, np.int64(n), np.int32(self.element_bits), packed)
+
+    def _decode_cuda(self, k, body, shape, out, add):
+        n = out.size
+        nb = -(-n // BLOCK)
+        if n == 0:
+            return
+        k("mx_decode", k.grid(n), body[nb:], body[:nb], _device_table(k, ("values", self.element)),
+          _device_table(k, ("scales", "")), np.int64(n), np.int32(self.element_bits), np.int32(add), out)
+
+
+# Per Kernels (one per device): the tables its launches read, uploaded once.
+_DEVICE_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _device_table(k, key: tuple[str, str]):
+    tables = _DEVICE_TABLES.setdefault(k, {})
+    if key not in tables:
+        kind, element = key
+        if kind == "scales":
+            host = _scale_values()
+        elif kind == "values":
+            host = _element_values(element)
+        else:  # int8 rounds without a table: a placeholder of one entry
+            host = minifloat.magnitudes(minifloat.FORMATS[element]) if element != "int8" else np.zeros(1)
+        tables[key] = k.upload(np.ascontiguousarray(host))
+    return tables[key]
 
 
 @functools.cache
