@@ -177,6 +177,7 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
 
         logging.getLogger("ray.tune.execution.tune_controller").addFilter(_NoTrialTracebacks())
         logging.getLogger("ray.tune.tune").addFilter(_NoTuneResumeAdvice())
+        logging.getLogger("ray.tune.analysis.experiment_analysis").addFilter(_NoMetricFilesWarning())
         environment = env_info.collect()
         environment["ray_cluster_resources"] = ray.cluster_resources()
         if emulation is not None:
@@ -653,6 +654,14 @@ class _NoTuneResumeAdvice(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "Tuner.restore(" not in record.getMessage()
+
+
+class _NoMetricFilesWarning(logging.Filter):
+    """Tune's own result files are off (TUNE_DISABLE_AUTO_CALLBACK_LOGGERS: the records are the results), so
+    its result grid finds none and warns once per trial at the end."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to fetch metrics")
 
 
 class _NoTrialTracebacks(logging.Filter):
