@@ -222,8 +222,7 @@ def mx_encode(x, scales, packed, bits, emax, is_int, mbits, bias, max_code, stoc
     if is_int:
         _int8_codes(x, v_scales, codes, stochastic, key)
     else:
-        constants = (np.uint32(23 - mbits), np.int32((127 - bias) << mbits), np.float32(2.0 ** (bias - 1 + mbits)),
-                     np.uint32((128 - bias) << 23))
+        constants = rounding.py_func(mbits, bias)  # NumPy scalars: the types the kernels are compiled for
         if stochastic:
             _fp_codes_stochastic(x, v_scales, codes, bits, constants, max_code, key, magnitudes)
         else:
