@@ -244,6 +244,7 @@ def test_an_unwritable_table_warns_and_keeps_the_records(tmp_path):
 # ---------------------------------------------------------------- a bandwidth sweep
 
 
+@pytest.mark.slow  # draws every figure of its own study (the quick check draws them once)
 def test_a_bandwidth_sweep_gets_a_speedup_against_bandwidth_plot(tmp_path, monkeypatch):
     records = []
     for rate, fp32_s, qsgd_s in (("100mbit", 4.0, 1.0), ("1gbit", 1.0, 0.8)):
@@ -354,6 +355,7 @@ sweep: {num_workers: 2, compressor: [fp32, {name: qsgd, bits: 4}]}
 """
 
 
+@pytest.mark.slow  # draws every figure of its own study (the quick check draws them once)
 def test_a_study_with_a_loss_target_is_judged_by_its_loss(tmp_path):
     from orchestrator.study.sweep_file import load_sweep
 
