@@ -14,7 +14,6 @@ Body: ``ceil(n / block)`` float32 scales, then one byte per entry.
 from __future__ import annotations
 
 import functools
-import weakref
 
 import numpy as np
 import torch
@@ -125,7 +124,7 @@ class FP8(Compressor):
         key = rng.stream_key(self.seed, step, rank, stream) if self.rounding == "stochastic" else 0
         k("fp8_encode", k.grid(n), flat, np.int64(n), row, maxima, np.float32(fmt.max_normal), np.int32(fmt.mbits),
           np.int32(fmt.bias), np.int32(fmt.finite - 1), np.int32(_NAN_CODE), np.int32(self.rounding == "stochastic"),
-          np.uint32(key), _device_table(k, ("magnitudes", self.format)), k.section(body, 0, nb, np.float32, writable=True),
+          np.uint32(key), k.table(("magnitudes", self.format), lambda: minifloat.magnitudes(fmt)), k.section(body, 0, nb, np.float32, writable=True),
           body[4 * nb:])
 
     def _decode_cuda(self, k, body, shape, out, add):
@@ -134,20 +133,7 @@ class FP8(Compressor):
         if n == 0:
             return
         k("fp8_decode", k.grid(n), body[4 * nb:], k.section(body, 0, nb, np.float32),
-          _device_table(k, ("values", self.format)), np.int64(n), np.int64(self.block or n), np.int32(add), out)
-
-
-# Per Kernels (one per device): the tables its launches read, uploaded once.
-_DEVICE_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _device_table(k, key: tuple[str, str]):
-    tables = _DEVICE_TABLES.setdefault(k, {})
-    if key not in tables:
-        kind, fmt = key
-        host = minifloat.magnitudes(minifloat.FORMATS[fmt]) if kind == "magnitudes" else _code_values(fmt)
-        tables[key] = k.upload(np.ascontiguousarray(host))
-    return tables[key]
+          k.table(("values", self.format), lambda: _code_values(self.format)), np.int64(n), np.int64(self.block or n), np.int32(add), out)
 
 
 _NAN_CODE = 0x7F  # torch's cast of a NaN of clear sign, in both types

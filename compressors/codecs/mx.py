@@ -24,7 +24,6 @@ at 8, 6 or 4 bits each (8.25, 6.25 and 4.25 bits per entry).
 from __future__ import annotations
 
 import functools
-import weakref
 
 import numpy as np
 import torch
@@ -106,6 +105,18 @@ class MX(Compressor):
         padded = torch.nn.functional.pad(values, (0, nb * BLOCK - n)).view(nb, BLOCK)
         return (padded * x[:, None]).reshape(-1)[:n]
 
+    def _rounding(self) -> tuple[int, int, int]:
+        """The element type's mantissa bits, bias and largest finite magnitude code (zeros for int8, which
+        the kernels round as integers)."""
+        if self.element == "int8":
+            return 0, 0, 0
+        fmt = minifloat.FORMATS[self.element]
+        return fmt.mbits, fmt.bias, fmt.finite - 1
+
+    def _magnitudes(self) -> np.ndarray:
+        """float64: the element type's magnitudes, for stochastic rounding (int8: one unused entry)."""
+        return np.zeros(1) if self.element == "int8" else minifloat.magnitudes(minifloat.FORMATS[self.element])
+
     def _values(self, device: torch.device) -> torch.Tensor:
         return torch.from_numpy(_element_values(self.element)).to(device)
 
@@ -115,14 +126,9 @@ class MX(Compressor):
         nb = -(-flat.size // BLOCK)
         stochastic = self.rounding == "stochastic"
         key = rng.stream_key(self.seed, step, rank, stream) if stochastic else 0
-        if self.element == "int8":
-            mbits = bias = max_code = 0
-            magnitudes = np.zeros(1)
-        else:
-            fmt = minifloat.FORMATS[self.element]
-            mbits, bias, max_code, magnitudes = fmt.mbits, fmt.bias, fmt.finite - 1, minifloat.magnitudes(fmt)
+        mbits, bias, max_code = self._rounding()
         mx_encode(flat, body[:nb], body[nb:], self.element_bits, self.emax, self.element == "int8", mbits, bias,
-                  max_code, stochastic, np.uint32(key), magnitudes)
+                  max_code, stochastic, np.uint32(key), self._magnitudes())
 
     def _decode_numba(self, body, shape, out, add):
         from ..kernels.minifloat import mx_decode
@@ -144,14 +150,10 @@ class MX(Compressor):
         codes = packed if self.element_bits == 8 else k.empty(n, np.uint8)
         stochastic = self.rounding == "stochastic"
         key = rng.stream_key(self.seed, step, rank, stream) if stochastic else 0
-        if self.element == "int8":
-            mbits = bias = max_code = 0
-        else:
-            fmt = minifloat.FORMATS[self.element]
-            mbits, bias, max_code = fmt.mbits, fmt.bias, fmt.finite - 1
+        mbits, bias, max_code = self._rounding()
         k("mx_codes", k.grid(n), flat, np.int64(n), v_scales, np.int32(self.element_bits),
           np.int32(self.element == "int8"), np.int32(mbits), np.int32(bias), np.int32(max_code), np.int32(stochastic),
-          np.uint32(key), _device_table(k, ("magnitudes", self.element)), codes)
+          np.uint32(key), k.table(("magnitudes", self.element), self._magnitudes), codes)
         if self.element_bits != 8:
             k("mx_pack", k.grid(-(-n // 2)), codes, np.int64(n), np.int32(self.element_bits), packed)
 
@@ -160,26 +162,8 @@ class MX(Compressor):
         nb = -(-n // BLOCK)
         if n == 0:
             return
-        k("mx_decode", k.grid(n), body[nb:], body[:nb], _device_table(k, ("values", self.element)),
-          _device_table(k, ("scales", "")), np.int64(n), np.int32(self.element_bits), np.int32(add), out)
-
-
-# Per Kernels (one per device): the tables its launches read, uploaded once.
-_DEVICE_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _device_table(k, key: tuple[str, str]):
-    tables = _DEVICE_TABLES.setdefault(k, {})
-    if key not in tables:
-        kind, element = key
-        if kind == "scales":
-            host = _scale_values()
-        elif kind == "values":
-            host = _element_values(element)
-        else:  # int8 rounds without a table: a placeholder of one entry
-            host = minifloat.magnitudes(minifloat.FORMATS[element]) if element != "int8" else np.zeros(1)
-        tables[key] = k.upload(np.ascontiguousarray(host))
-    return tables[key]
+        k("mx_decode", k.grid(n), body[nb:], body[:nb], k.table(("values", self.element), lambda: _element_values(self.element)),
+          k.table("scales", _scale_values), np.int64(n), np.int32(self.element_bits), np.int32(add), out)
 
 
 @functools.cache

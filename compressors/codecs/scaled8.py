@@ -8,8 +8,7 @@ holding NaN or Inf decodes to NaN/Inf through its maximum.
 from __future__ import annotations
 
 import functools
-import weakref
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -139,7 +138,7 @@ class _AbsmaxScaled(Compressor):
         row = self.block or n
         vec = np.int32(k.address(flat) % 16 == 0 and k.address(codes) % 4 == 0)
         kernel = f"scaled8_{self.name}_encode_"
-        table = (_device_tables(k, self)[0],) if self.name == "dynamic8" else ()
+        table = (k.table("dynamic8 bins", _bin_table),) if self.name == "dynamic8" else ()
         if row <= GROUP_MAX:
             group = lanes(row, 8)
             k(kernel + "groups", k.grid(nb, 256 // int(group)), flat, np.int64(n), np.int64(row), np.int64(nb),
@@ -168,7 +167,7 @@ class _AbsmaxScaled(Compressor):
                 raise wire.PayloadError(f"{self.name}: code {self.invalid_code} in payload, "
                                         "which its encoder never emits")
         vec = np.int32(k.address(codes) % 4 == 0 and k.address(out) % 16 == 0)
-        k("scaled8_decode", k.grid(n, 1024), codes, k.section(body, 0, nb, np.float32), _device_tables(k, self)[1],
+        k("scaled8_decode", k.grid(n, 1024), codes, k.section(body, 0, nb, np.float32), k.table((self.name, "values"), self._decode_values),
           np.int64(n), np.int64(self.block or n), np.int32(add), vec, out)
 
     def _decode_values(self) -> np.ndarray:
@@ -181,19 +180,10 @@ class _AbsmaxScaled(Compressor):
         return self._dequantize(torch.arange(256, dtype=torch.uint8)).numpy()
 
 
-# Per Kernels (one per device): per compressor name, its (bin table or None, decode values) there.
-_DEVICE_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _device_tables(k: Any, codec: _AbsmaxScaled) -> tuple[Any, Any]:
-    tables = _DEVICE_TABLES.setdefault(k, {})
-    if codec.name not in tables:
-        table = None
-        if codec.name == "dynamic8":
-            from ..kernels.scaled8 import _bin_table
-            table = k.upload(_bin_table(*_bin_codes()))
-        tables[codec.name] = (table, k.upload(np.ascontiguousarray(codec._decode_values(), np.float32)))
-    return tables[codec.name]
+def _bin_table() -> np.ndarray:
+    """dynamic8's bin table (kernels.scaled8._bin_table of its bins), what its CUDA encode reads."""
+    from ..kernels.scaled8 import _bin_table as bin_table
+    return bin_table(*_bin_codes())
 
 
 @functools.cache

@@ -44,6 +44,7 @@ class Kernels(ABC):
     def __init__(self, method: str, max_blocks: int) -> None:
         self.method = method
         self.max_blocks = max_blocks
+        self._tables: dict[Any, Any] = {}
 
     def __call__(self, kernel: str, blocks: int, *args: Any) -> None:
         """Launch ``kernel`` on ``blocks`` blocks of THREADS threads (nothing for 0 blocks), inside
@@ -81,6 +82,12 @@ class Kernels(ABC):
         """A constant host array on the device, complete on return (cached tables: a later launch
         may come from another stream)."""
         return self.xp.asarray(host)
+
+    def table(self, key: Any, make: Any) -> Any:
+        """``upload(make())`` once per ``key``: a constant table the launches read, kept with these kernels."""
+        if key not in self._tables:
+            self._tables[key] = self.upload(np.ascontiguousarray(make()))
+        return self._tables[key]
 
     def on_stream(self) -> Any:
         """A context in which the glue's own array work (scratch from ``empty``/``zeros``, the
