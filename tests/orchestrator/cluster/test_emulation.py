@@ -113,6 +113,23 @@ def test_down_ends_only_recorded_processes_and_removes_only_recorded_namespaces(
     assert emulation.down("qaz", log=lambda _: None) is None  # nothing recorded: nothing touched
 
 
+def test_down_ends_the_raylets_first_and_the_gcs_last_as_ray_stop_does(state_root, monkeypatch):
+    """Ended all at once, Ray's services and its GCS wait on each other for over 10 s."""
+    (netns.NETNS_DIR / "qaz-h0").touch()
+    cluster = recorded("qaz", 1, {"qaz-h0": None})
+    programs = {21: "gcs_server", 22: "python3.11", 23: "raylet", 24: "raylet", 25: "python3.11"}
+    alive, signals = set(programs), []
+    monkeypatch.setattr(netns, "problem", lambda: None)
+    monkeypatch.setattr(netns, "processes", lambda inodes: sorted(alive))
+    monkeypatch.setattr(emulation, "_program", programs.get)
+    monkeypatch.setattr(emulation, "_signal", lambda pid, sig: (signals.append((programs[pid], sig)), alive.discard(pid)))
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kwargs: None)
+    assert emulation.down("qaz", log=lambda _: None) == 5
+    assert signals == [("raylet", signal.SIGTERM)] * 2 + [("python3.11", signal.SIGTERM)] * 2 + [
+        ("gcs_server", signal.SIGTERM)]
+    assert cluster.processes() == []
+
+
 def test_the_cluster_mark_is_read_from_the_process_environment():
     marked = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
                               env={**os.environ, emulation.ENV_VAR: "qaz"}, stdout=subprocess.PIPE, text=True)
