@@ -20,7 +20,8 @@ from .core.base import IMPLS, Compressor, get
 from .comm.feedback import ErrorFeedback
 from .comm.reducer import Reducer
 from .core.registry import (
-    ALGORITHMS, COMPRESSORS, INTER_ALGORITHMS, INTRA_DTYPES, algorithms, check_params, default_algorithm, has_cuda, has_numba, params_of,
+    ALGORITHMS, COMPRESSORS, INTER_ALGORITHMS, INTRA_DTYPES, algorithms, check_params, default_algorithm, has_cuda, has_numba, owns_momentum,
+    params_of,
 )
 from .comm.stats import StepStats
 from .core.wire import PayloadError
@@ -34,4 +35,4 @@ CASTS: tuple[str, ...] = registry.casts()
 
 __all__ = ["ALGORITHMS", "INTER_ALGORITHMS", "INTRA_DTYPES", "CASTS", "COMPRESSORS", "IMPLS", "NAMES", "Compressor", "ErrorFeedback", "PayloadError",
            "Reducer", "StepStats", "algorithms", "check_params", "ddp", "default_algorithm", "get", "has_cuda", "has_numba",
-           "names", "params_of"]
+           "names", "owns_momentum", "params_of"]

@@ -2,7 +2,8 @@
 
 ``v = g + residual`` is what gets compressed; after decoding,
 ``residual = v - decoded``.  So over any number of steps the sum of what was
-decoded plus the last residual equals the sum of the inputs.
+decoded plus the last residual equals the sum of the inputs. DGC's memory
+(``MomentumCorrection``) accumulates a velocity instead of the gradient.
 """
 from __future__ import annotations
 
@@ -36,3 +37,40 @@ class ErrorFeedback:
 
     def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
         self.residuals = {k: r.to(device) for k, r in state["residuals"].items()}
+
+
+class MomentumCorrection(ErrorFeedback):
+    """DGC's memory (Lin et al. 2018, sections 3.2 and 3.3), per key: the gradient ``g``, clipped to the L2
+    norm ``clip`` (0: not clipped), enters the velocity ``u = momentum * u + g``; the accumulation ``v = v + u``
+    is what gets compressed. After decoding, the entries that were sent (decoded to a nonzero value) are
+    cleared in ``v`` (``v - decoded``, as error feedback) and in ``u`` (momentum factor masking)."""
+
+    def __init__(self, momentum: float, clip: float = 0.0) -> None:
+        super().__init__()
+        self.momentum, self.clip = momentum, clip
+        self.velocities: dict[Hashable, torch.Tensor] = {}
+
+    def compensate(self, key: Hashable, grad: torch.Tensor) -> torch.Tensor:
+        g = grad.to(torch.float32, copy=True)
+        if self.clip:
+            norm = float(torch.linalg.vector_norm(g))
+            if norm > self.clip:
+                g.mul_(self.clip / norm)
+        u = self.velocities.get(key)
+        if u is not None and u.shape != g.shape:
+            raise ValueError(f"velocity for {key!r} has shape {tuple(u.shape)}, gradient {tuple(g.shape)}")
+        u = g if u is None else u.mul_(self.momentum).add_(g)
+        self.velocities[key] = u
+        return super().compensate(key, u)
+
+    def update(self, key: Hashable, compensated: torch.Tensor, decoded: torch.Tensor) -> None:
+        decoded = decoded.reshape(compensated.shape)
+        super().update(key, compensated, decoded)
+        self.velocities[key].masked_fill_(decoded != 0, 0.0)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "velocities": {k: u.detach().cpu().clone() for k, u in self.velocities.items()}}
+
+    def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
+        super().load_state_dict(state, device)
+        self.velocities = {k: u.to(device) for k, u in state["velocities"].items()}

@@ -4,6 +4,7 @@ It knows nothing of DDP: ``compressors.ddp`` adapts it to DDP's communication ho
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from typing import Any
 
@@ -11,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from . import collectives, pipeline
-from .feedback import ErrorFeedback
+from .feedback import ErrorFeedback, MomentumCorrection
 from ..core.base import get
 from ..core.registry import INTER_ALGORITHMS, INTRA_DTYPES, algorithms, default_algorithm
 from .stats import StepLedger, StepStats
@@ -53,13 +54,15 @@ class Reducer:
     ``algorithm="hierarchical"`` averages inside each host at ``intra`` precision (fp32, fp16, bf16)
     and compresses only across hosts, with ``inter`` (sra or allgather); without a topology it asks
     every rank for its host (``topology.discover``: a collective call, as making its groups is).
+    ``momentum`` (default 0.9) is for a codec that ``owns_momentum`` (DGC): its memory keeps the
+    velocity, and the optimizer must run without momentum.
     """
 
     def __init__(self, compressor: str = "fp32", algorithm: str | None = None, *,
                  min_compress_numel: int = 1024, group: dist.ProcessGroup | None = None,
                  error_feedback: bool | None = None, impl: str = "auto", overlap: bool = False,
                  topology: Topology | None = None, intra: str = "fp32", inter: str = "sra",
-                 **params: Any) -> None:
+                 momentum: float | None = None, **params: Any) -> None:
         self.compressor = compressor
         self.codec = get(compressor, impl=impl, **params)  # unknown names and bad parameters raise here
         # Kernels compile (or load from their cache) now, not in a timed step; with impl auto, CUDA
@@ -84,11 +87,23 @@ class Reducer:
         self._pipeline = pipeline.Pipeline() if overlap else None
         if error_feedback is None:
             error_feedback = self.codec.needs_error_feedback
-        self.ef = ErrorFeedback() if error_feedback else None
+        rank, world = collectives.world_of(group)
+        if self.codec.owns_momentum:
+            momentum = 0.9 if momentum is None else momentum
+            if isinstance(momentum, bool) or not (isinstance(momentum, (int, float)) and 0 <= momentum <= 1):
+                raise ValueError(f"momentum={momentum!r} is invalid; valid: a float in [0, 1]")
+            if not error_feedback:
+                raise ValueError(f"{compressor} keeps the momentum in its memory: error_feedback cannot be off")
+            # Local clipping: N workers' gradients clipped to clip_norm / sqrt(N) sum to at most clip_norm.
+            self.ef = MomentumCorrection(float(momentum), self.params["clip_norm"] / math.sqrt(world))
+        elif momentum is not None:
+            raise ValueError(f"momentum is for a method that keeps it in its memory (dgc), not {compressor!r}: "
+                             "give it to the optimizer")
+        else:
+            self.ef = ErrorFeedback() if error_feedback else None
         hierarchical = algorithm == "hierarchical"
         self.server_ef = ErrorFeedback() if self.ef is not None and (
             algorithm == "sra" or hierarchical and inter == "sra") else None
-        rank, world = collectives.world_of(group)
         if hierarchical and topology is None:
             topology = discover(group)
         self.topology = topology if topology is not None else Topology.flat(world)
@@ -161,19 +176,20 @@ class Reducer:
         large_keys = [k for k, _ in large]
         large_tensors = [t for _, t in large]
         step = self._ledger.step
+        codec = self.codec.at_step(step)
         if self.algorithm == "allreduce":
-            programs.append(_inter_share(collectives.allreduce_native(large_tensors, self.codec.cast_dtype,
+            programs.append(_inter_share(collectives.allreduce_native(large_tensors, codec.cast_dtype,
                                                                       self._groups), self._ring_share))
         elif self.algorithm == "allgather":
-            programs.append(_inter_share(collectives.allgather_compressed(large_tensors, large_keys, self.codec,
+            programs.append(_inter_share(collectives.allgather_compressed(large_tensors, large_keys, codec,
                                                                           self.ef, step, self._groups),
                                          self._peers_share))
         elif self.algorithm == "sra":
-            programs.append(_inter_share(collectives.sra_compressed(large_tensors, large_keys, self.codec, self.ef,
+            programs.append(_inter_share(collectives.sra_compressed(large_tensors, large_keys, codec, self.ef,
                                                                     self.server_ef, step, self._groups),
                                          self._peers_share))
         else:  # it counts what crosses hosts itself
-            programs.append(collectives.hierarchical_compressed(large_tensors, large_keys, self.codec, self.ef,
+            programs.append(collectives.hierarchical_compressed(large_tensors, large_keys, codec, self.ef,
                                                                 self.server_ef, step, self._hierarchy,
                                                                 self._intra_dtype, self._inter))
         return programs

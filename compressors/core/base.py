@@ -78,6 +78,10 @@ class Compressor(ABC):
     # The CUDA program (``compressors/cuda/<cuda_program>.cu``) of a compressor that implements
     # ``_encode_cuda`` and ``_decode_cuda``; None: no CUDA kernels.
     cuda_program: ClassVar[str | None] = None
+    # The algorithms it averages with where not every one suits it (None: ``registry.algorithms``'s rule).
+    algorithms: ClassVar[tuple[str, ...] | None] = None
+    # Its memory keeps the velocity (DGC's momentum correction): the optimizer's momentum must be 0.
+    owns_momentum: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -160,6 +164,11 @@ class Compressor(ABC):
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
         return f"{type(self).__name__}({args})"
+
+    def at_step(self, step: int) -> Compressor:
+        """The codec of training step ``step`` (0-based), for a method whose parameters follow a schedule
+        (DGC's sparsity warm-up); itself for the others."""
+        return self
 
     # -- layout -----------------------------------------------------------
     def _header_params(self, shape: tuple[int, ...]) -> tuple[int, int, int, float]:

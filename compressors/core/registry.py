@@ -66,6 +66,9 @@ def register(cls: CodecClass) -> CodecClass:
         other = _BY_WIRE_ID[wire_id]
         raise RegistrationError(f"{where}: wire_id {wire_id} is already used by {other.name!r} "
                                 f"({other.__module__}.{other.__qualname__}); unused: the lowest is {unused_wire_id()}")
+    own = getattr(cls, "algorithms", None)
+    if own is not None and (not own or not set(own) <= set(ALGORITHMS)):
+        raise RegistrationError(f"{where}: algorithms must name some of {list(ALGORITHMS)}, got {own!r}")
     declared = tuple(cls.params) + (SEED,)
     for param in cls.params:
         if not isinstance(param, Param) or not param.doc:
@@ -168,6 +171,11 @@ def has_numba(name: str) -> bool:
     return name in COMPRESSORS and COMPRESSORS[name].has_numba
 
 
+def owns_momentum(name: str) -> bool:
+    """Whether ``name``'s memory keeps the momentum (DGC): the optimizer's must then be 0."""
+    return name in COMPRESSORS and bool(getattr(COMPRESSORS[name], "owns_momentum", False))
+
+
 def has_cuda(name: str) -> bool:
     """Whether ``name`` has CUDA kernels (``impl="cuda"``, ``compressors/cuda``); a hook-only method has none."""
     return name in COMPRESSORS and COMPRESSORS[name].cuda_program is not None
@@ -175,11 +183,13 @@ def has_cuda(name: str) -> bool:
 
 def algorithms(name: str) -> tuple[str, ...]:
     """The algorithms ``name`` can average with: casts all four, other codecs allgather, sra and
-    hierarchical, a hook-only method only itself."""
+    hierarchical unless the codec names its own, a hook-only method only itself."""
     if name in HOOK_METHODS:
         return (name,)
     if name not in COMPRESSORS:
         raise _unknown(name)
+    if getattr(COMPRESSORS[name], "algorithms", None) is not None:
+        return tuple(COMPRESSORS[name].algorithms)
     return ALGORITHMS if COMPRESSORS[name].cast_dtype is not None else ALGORITHMS[1:]
 
 

@@ -384,7 +384,7 @@ class PowerSGDHookState(_LedgerState):
 def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_compress_numel: int = 1024,
               group: dist.ProcessGroup | None = None, error_feedback: bool | None = None,
               impl: str = "auto", overlap: bool = True, topology: Topology | None = None, intra: str = "fp32",
-              inter: str = "sra", **params: Any) -> HookState:
+              inter: str = "sra", momentum: float | None = None, **params: Any) -> HookState:
     """The hook state for ``compressor`` over ``algorithm`` (defaults as ``compressors.default_algorithm``).
 
     powersgd, fp32, and fp16/bf16 over ``allreduce``, use PyTorch's own hooks
@@ -394,8 +394,8 @@ def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_com
     there). ``overlap``: return each bucket's future unwaited (the module
     docstring); for a Reducer it is a collective call (it makes a process
     group). ``topology``, ``intra``, ``inter``: the Reducer's (which host each
-    rank runs on; the hierarchical algorithm's levels). Unknown names,
-    algorithms and parameters raise ValueError naming the valid ones.
+    rank runs on; the hierarchical algorithm's levels); ``momentum``: the Reducer's (DGC's velocity). Unknown
+    names, algorithms and parameters raise ValueError naming the valid ones.
     """
     if compressor in registry.HOOK_METHODS:
         valid = registry.algorithms(compressor)
@@ -405,6 +405,8 @@ def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_com
             raise ValueError(f"min_compress_numel={min_compress_numel} is invalid; valid: an int >= 0")
         if impl in ("numba", "cuda"):
             raise ValueError(f"{compressor} has no {impl} kernels (it runs PyTorch's hook): use impl 'auto'")
+        if momentum is not None:
+            raise ValueError(f"momentum is for a method that keeps it in its memory (dgc), not {compressor!r}")
         # PowerSGD applies its own rule for what it compresses (min_compression_rate); no error_feedback switch.
         return PowerSGDHookState(registry.check_params(compressor, **params), group, overlap)
     codec = registry.COMPRESSORS.get(compressor)  # None: unknown, and the Reducer says so
@@ -413,7 +415,7 @@ def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_com
     # The Reducer checks every setting; it is the hook only where no PyTorch hook is.
     reducer = Reducer(compressor, algorithm, min_compress_numel=min_compress_numel, group=group,
                       error_feedback=error_feedback, impl=impl, overlap=overlap and not torch_hook,
-                      topology=topology, intra=intra, inter=inter, **params)
+                      topology=topology, intra=intra, inter=inter, momentum=momentum, **params)
     if not torch_hook:
         return ReducerHookState(reducer)
     if reducer.codec.cast_dtype == torch.float32:

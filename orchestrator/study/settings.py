@@ -121,7 +121,7 @@ _TRAINING: tuple[Param, ...] = (
     Param("batch_size", 64, int, low=1, doc="samples per step on each worker"),
     Param("optimizer", "sgd", str, choices=("sgd", "adam"), doc="torch.optim.SGD or torch.optim.Adam"),
     Param("lr", 0.05, float, low=0, low_open=True, high=OPTIMIZER_SCALAR_MAX, doc="learning rate"),
-    Param("momentum", None, float, low=0, high=1, nullable=True, doc="sgd's momentum (null: 0.9); not with adam"),
+    Param("momentum", None, float, low=0, high=1, nullable=True, doc="sgd's momentum (null: 0.9); dgc moves it into its memory, and sgd runs without; not with adam"),
     Param("weight_decay", 0.0, float, low=0, high=OPTIMIZER_SCALAR_MAX, doc="L2 penalty, as the optimizer applies it"),
     Param("warmup_epochs", 0, int, low=0, doc="first epochs in fp32 before the compressor takes over; < epochs"),
     Param("target", None, dict, nullable=True,
@@ -211,6 +211,9 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
     """
     if settings.get("optimizer") == "adam" and settings.get("momentum") is not None:
         yield "momentum", "adam takes no momentum (it has betas); unset momentum or use optimizer: sgd"
+    if compressors.owns_momentum(settings["compressor"]) and settings.get("optimizer") == "adam":
+        yield "optimizer", (f"{settings['compressor']} keeps sgd's momentum in its memory (momentum correction): "
+                            "use optimizer: sgd")
     if settings["compressor"] not in compressors.names():
         yield "compressor", (f"unknown compressor {settings['compressor']!r}; valid: {', '.join(compressors.names())}"
                              " (or one a module of imports registers)")

@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 import workloads
 from compressors.comm import accounting
-from compressors import ddp
+from compressors import ddp, owns_momentum
 from compressors.comm.stats import StepStats
 from compressors.comm.topology import Topology, discover
 from compressors.ddp.step_clock import StepClock
@@ -82,7 +82,13 @@ def _comm_hook(config: dict[str, Any], compressor: str, algorithm: str | None, p
                topology: Topology, impl: str = "auto") -> Any:
     return ddp.comm_hook(compressor, algorithm, min_compress_numel=config["min_compress_numel"],
                          seed=config["seed"], impl=impl, overlap=config["overlap"], topology=topology,
-                         intra=config["intra"] or "fp32", inter=config["inter"] or "sra", **params)
+                         intra=config["intra"] or "fp32", inter=config["inter"] or "sra",
+                         momentum=_momentum(config) if owns_momentum(compressor) else None, **params)
+
+
+def _momentum(config: dict[str, Any]) -> float:
+    """The trial's SGD momentum (null: 0.9): the optimizer's, or the memory's of a method that keeps it (DGC)."""
+    return 0.9 if config["momentum"] is None else config["momentum"]
 
 
 def _plain_ddp(config: dict[str, Any]) -> bool:
@@ -108,7 +114,8 @@ def _optimizer(config: dict[str, Any], params) -> torch.optim.Optimizer:
     name, lr, wd = config["optimizer"], config["lr"], config["weight_decay"]
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=wd)
-    momentum = 0.9 if config["momentum"] is None else config["momentum"]
+    # A method that keeps the momentum in its memory (DGC's momentum correction) gets SGD without.
+    momentum = 0.0 if owns_momentum(config["compressor"]) else _momentum(config)
     return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=wd)
 
 

@@ -58,6 +58,8 @@ BODY_NBYTES = {
     # an exponent byte and a sign bit per entry
     "natural": lambda n, shape, p: ceil_div(9 * n, 8),
     # a float32 scale per block (block 0: one), one byte per entry
+    # top-k's pairs at pi (the codec of a warm-up step has that step's pi: at_step)
+    "dgc": lambda n, shape, p: 8 * k_sent(p.get("pi", 0.001), n),
     "fp8": lambda n, shape, p: 4 * (ceil_div(n, p["block"]) if p.get("block") else min(n, 1)) + n,
     # an E8M0 byte per block of 32, then 8, 6 or 4 bits per entry
     "mx": lambda n, shape, p: ceil_div(n, 32) + ceil_div(n * {"e3m2": 6, "e2m3": 6, "e2m1": 4}.get(

@@ -9,6 +9,7 @@ import re
 import pytest
 
 import compressors
+from compressors.comm.topology import Topology
 from orchestrator.study import settings, train_loop
 from tests.helpers import ROOT
 
@@ -44,6 +45,7 @@ def test_compressor_parameters_never_share_a_name_with_a_setting():
      ["setting input_shape: model 'lenet5' needs images of at least 12x12 pixels, got input_shape [1, 11, 28]"]),
     ({"dataset": "synthetic", "input_shape": [20], "model": "alexnet"}, ["input_shape", "[channels, height, width]"]),
     ({"momentum": 0.9, "optimizer": "adam"}, ["momentum", "adam takes no momentum"]),
+    ({"compressor": "dgc", "optimizer": "adam"}, ["optimizer", "dgc keeps sgd's momentum in its memory"]),
     ({"model": "lenet5", "width": 8}, ["width", "lenet5"]),
     ({"dataset": "synthetic", "data_dir": "x"}, ["data_dir", "reads no files"]),
     ({"warmup_epochs": 2, "epochs": 2}, ["warmup_epochs", "< epochs"]),
@@ -67,6 +69,19 @@ def test_sgd_takes_the_momentum_it_is_given():
     assert train_loop._optimizer(settings.check_training({"momentum": 0.5}), params).defaults["momentum"] == 0.5
     assert train_loop._optimizer(settings.check_training({}), params).defaults["momentum"] == 0.9
     assert train_loop._optimizer(settings.check_training({"momentum": 0.0}), params).defaults["momentum"] == 0.0
+
+
+def test_dgc_keeps_the_trials_momentum_in_its_memory_and_sgd_runs_without():
+    import torch
+
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    for given, momentum in (({}, 0.9), ({"momentum": 0.5}, 0.5)):
+        config = settings.check_training({"compressor": "dgc", **given})
+        assert train_loop._optimizer(config, params).defaults["momentum"] == 0.0
+        hook = train_loop._comm_hook(config, "dgc", None, config["compressor_params"], Topology.flat(1))
+        assert hook.reducer.ef.momentum == momentum
+    fp32 = settings.check_training({"momentum": 0.5})
+    assert train_loop._comm_hook(fp32, "qsgd", None, {}, Topology.flat(1)).reducer.ef is None
 
 
 def test_check_training_fills_defaults_and_the_compressor_parameters():
