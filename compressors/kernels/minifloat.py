@@ -14,6 +14,8 @@ from numba import njit
 
 from .common import F32, INLINE, JIT, absmax, bits_f32, f32_bits, uniform
 
+U32, I32 = np.uint32, np.int32
+
 
 @njit(**INLINE)
 def rounding(mbits, bias):
@@ -26,15 +28,20 @@ def rounding(mbits, bias):
 @njit(**INLINE)
 def rne_code(a_bits, constants, max_code):
     """The code of the magnitude whose float32 bits are ``a_bits`` (finite, sign clear); ``constants``
-    from ``rounding``. Both paths are computed and one selected, so that loops over it vectorise."""
+    from ``rounding``. Both paths are computed and one selected, and every step is cast back to 32 bits
+    (Numba widens to 64), so that loops over it vectorise over 8 lanes."""
     shift, offset, sub_scale, min_normal = constants
-    a_bits = np.uint32(a_bits)
+    a_bits = U32(a_bits)
     # normal: add just under half an ulp of the type, plus the kept bits' lowest (ties to even)
-    rounded = a_bits + ((np.uint32(1) << (shift - np.uint32(1))) - np.uint32(1)) + ((a_bits >> shift) & np.uint32(1))
-    normal = np.int32(rounded >> shift) - offset
-    subnormal = np.int32(np.rint(bits_f32(a_bits) * sub_scale))
+    half = U32(U32(U32(1) << U32(shift - U32(1))) - U32(1))
+    rounded = U32(U32(a_bits + half) + U32(U32(a_bits >> shift) & U32(1)))
+    normal = I32(I32(rounded >> shift) - I32(offset))
+    # subnormal steps, rounded half to even by the float32 addition of 2**23 (exact below 2**22;
+    # a normal input, whose steps may be larger, takes the other path)
+    steps = min(bits_f32(a_bits) * sub_scale, F32(2.0**22)) + F32(2.0**23)
+    subnormal = I32(f32_bits(steps) - U32(0x4B000000))
     code = subnormal if a_bits < min_normal else normal
-    return code if code < max_code else np.int32(max_code)
+    return code if code < I32(max_code) else I32(max_code)
 
 
 @njit(**INLINE)
@@ -57,30 +64,41 @@ def fp8_encode(x, block, scales, codes, max_normal, mbits, bias, max_code, nan_c
     n = x.size
     row = block if block > 0 else max(n, 1)
     constants = rounding(mbits, bias)
+    if stochastic:
+        for b in range(scales.size):
+            lo, hi = b * row, min((b + 1) * row, n)
+            scales[b] = _fp8_scale(x[lo:hi], max_normal)
+            _fp8_stochastic(x, lo, hi, scales[b], codes, max_normal, constants, max_code, nan_code, key, magnitudes)
+        return
+    mc, nc = I32(max_code), I32(nan_code)
     for b in range(scales.size):
-        lo, hi = b * row, min((b + 1) * row, n)
-        amax = absmax(x, lo, hi)
-        scale = amax / F32(max_normal)
-        if amax == 0:
-            scale = F32(1.0)
-        elif scale == 0:
-            scale = bits_f32(np.uint32(1))
+        # The block's slices, indexed from 0: so LLVM vectorises both inner loops (as a loop over lo..hi
+        # it does not); the block is in cache for the second.
+        xs, cs = x[b * row:(b + 1) * row], codes[b * row:(b + 1) * row]
+        scale = _fp8_scale(xs, max_normal)
         scales[b] = scale
-        if stochastic:
-            _fp8_stochastic(x, lo, hi, scale, codes, max_normal, constants, max_code, nan_code, key, magnitudes)
-        else:
-            _fp8_nearest(x[lo:hi], scale, codes[lo:hi], constants, max_code, nan_code)
+        for i in range(xs.size):
+            cs[i] = _fp8_nearest(xs[i], scale, constants, mc, nc)
 
 
-# Functions of their own (not inlined): LLVM vectorises this loop alone, not inside the block loop.
-@njit(**JIT)
-def _fp8_nearest(x, scale, codes, constants, max_code, nan_code):
-    for i in range(x.size):
-        bits = f32_bits(x[i] / scale)
-        a_bits = np.uint32(bits & np.uint32(0x7FFFFFFF))
-        code = rne_code(a_bits, constants, max_code)
-        code = np.int32(nan_code) if a_bits > np.uint32(0x7F800000) else code  # a non-finite block's NaN
-        codes[i] = np.uint8(code | np.int32((bits >> np.uint32(24)) & np.uint32(0x80)))
+@njit(**INLINE)
+def _fp8_scale(xs, max_normal):
+    """amax / max_normal; 1 for amax 0, 2**-149 where it underflows."""
+    amax = absmax(xs, 0, xs.size)
+    scale = amax / F32(max_normal)
+    if amax == 0:
+        return F32(1.0)
+    return bits_f32(np.uint32(1)) if scale == 0 else scale
+
+
+@njit(**INLINE)
+def _fp8_nearest(x, scale, constants, max_code, nan_code):
+    """The nearest code of x / scale, its sign bit set; ``nan_code`` for NaN (a non-finite block's)."""
+    bits = f32_bits(x / scale)
+    a_bits = U32(bits & U32(0x7FFFFFFF))
+    code = rne_code(a_bits, constants, max_code)
+    code = nan_code if a_bits > U32(0x7F800000) else code
+    return np.uint8(I32(code | I32(U32(bits >> U32(24)) & U32(0x80))))
 
 
 @njit(**JIT)
@@ -98,18 +116,17 @@ def _fp8_stochastic(x, lo, hi, scale, codes, max_normal, constants, max_code, na
 
 @njit(**JIT)
 def fp8_decode(codes, scales, block, values, out, add):
-    """out[i] (+)= values[code] * the block's scale."""
-    n = out.size
-    row = block if block > 0 else max(n, 1)
+    """out[i] (+)= values[code] * the block's scale (over the block's slices, as fp8_encode)."""
+    row = block if block > 0 else max(out.size, 1)
     for b in range(scales.size):
-        lo, hi = b * row, min((b + 1) * row, n)
+        cs, os = codes[b * row:(b + 1) * row], out[b * row:(b + 1) * row]
         scale = scales[b]
         if add:
-            for i in range(lo, hi):
-                out[i] += values[codes[i]] * scale
+            for i in range(cs.size):
+                os[i] += values[cs[i]] * scale
         else:
-            for i in range(lo, hi):
-                out[i] = values[codes[i]] * scale
+            for i in range(cs.size):
+                os[i] = values[cs[i]] * scale
 
 
 # ---------------------------------------------------------------- mx (compressors.codecs.mx)
@@ -131,33 +148,24 @@ def floor_log2(bits):
     return np.int64(top) - 149
 
 
+@njit(**INLINE)
+def _block_scale(xs, emax):
+    """A block's E8M0 byte and the float32 2**-s its entries are multiplied by (NaN where the block
+    holds NaN or Inf: its entries' codes are then computed from NaN and replaced by 0)."""
+    amax_bits = f32_bits(absmax(xs, 0, xs.size))
+    if amax_bits >= U32(0x7F800000):
+        return np.uint8(0xFF), F32(np.nan)
+    s = -127 if amax_bits == 0 else min(max(floor_log2(amax_bits) - emax, -127), 127)
+    # 2**-s from its bits: a normal float32, or 2**-127, the one subnormal
+    scale = bits_f32(U32((127 - s) << 23)) if s < 127 else bits_f32(U32(1 << 22))
+    return np.uint8(s + 127), scale
+
+
 @njit(**JIT)
 def _block_scales(x, scales, v_scales, emax):
-    """Each block's E8M0 byte and the float32 2**-s its entries are multiplied by (NaN where the block
-    holds NaN or Inf: its entries' codes are then computed from NaN and replaced by 0)."""
-    n = x.size
+    """``_block_scale`` of every block."""
     for b in range(scales.size):
-        amax_bits = f32_bits(absmax(x, b * 32, min((b + 1) * 32, n)))
-        if amax_bits >= np.uint32(0x7F800000):
-            scales[b] = np.uint8(0xFF)
-            v_scales[b] = np.nan
-        else:
-            s = -127 if amax_bits == 0 else min(max(floor_log2(amax_bits) - emax, -127), 127)
-            scales[b] = np.uint8(s + 127)
-            v_scales[b] = F32(2.0 ** -s)
-
-
-@njit(**JIT)
-def _fp_codes(x, v_scales, codes, bits, constants, max_code):
-    """Nearest codes of x * 2**-s (exact where it matters: what underflows rounds to 0 in every type)."""
-    n = x.size
-    for b in range(v_scales.size):
-        scale = v_scales[b]
-        for i in range(b * 32, min(b * 32 + 32, n)):
-            v_bits = f32_bits(x[i] * scale)
-            a_bits = np.uint32(v_bits & np.uint32(0x7FFFFFFF))
-            code = rne_code(a_bits, constants, max_code) | np.int32((v_bits >> np.uint32(31)) << (bits - 1))
-            codes[i] = np.uint8(0 if a_bits > np.uint32(0x7F800000) else code)
+        scales[b], v_scales[b] = _block_scale(x[b * 32:b * 32 + 32], emax)
 
 
 @njit(**JIT)
@@ -216,19 +224,67 @@ def _pack(codes, bits, packed):
 def mx_encode(x, scales, packed, bits, emax, is_int, mbits, bias, max_code, stochastic, key, magnitudes):
     """Per block of 32: the E8M0 byte of 2**s, s = floor(log2 amax) - emax clamped to +-127 (0xFF for a
     block holding NaN or Inf, whose codes are 0), then each element's code of x * 2**-s, packed."""
+    constants = rounding.py_func(mbits, bias)  # NumPy scalars: the types the kernels are compiled for
+    if not (is_int or stochastic):
+        _mx_nearest(x, scales, packed, bits, emax, constants, max_code)
+        return
     v_scales = np.empty(scales.size, np.float32)
     _block_scales(x, scales, v_scales, emax)
     codes = packed if bits == 8 else np.empty(x.size, np.uint8)
     if is_int:
         _int8_codes(x, v_scales, codes, stochastic, key)
     else:
-        constants = rounding.py_func(mbits, bias)  # NumPy scalars: the types the kernels are compiled for
-        if stochastic:
-            _fp_codes_stochastic(x, v_scales, codes, bits, constants, max_code, key, magnitudes)
-        else:
-            _fp_codes(x, v_scales, codes, bits, constants, max_code)
+        _fp_codes_stochastic(x, v_scales, codes, bits, constants, max_code, key, magnitudes)
     if bits != 8:
         _pack(codes, bits, packed)
+
+
+@njit(**JIT)
+def _mx_nearest(x, scales, packed, bits, emax, constants, max_code):
+    """mx_encode's nearest rounding of a float element type, a block at a time: its scale, then its codes
+    computed and packed in one loop over the block's slices indexed from 0 (so LLVM vectorises it)."""
+    block_bytes = 32 * bits // 8
+    sign_shift, mc = U32(bits - 1), I32(max_code)
+    for b in range(scales.size):
+        xs = x[b * 32:b * 32 + 32]
+        byte, scale = _block_scale(xs, emax)
+        scales[b] = byte
+        out = packed[b * block_bytes:b * block_bytes + block_bytes]
+        n = xs.size
+        if bits == 8:
+            for i in range(n):
+                out[i] = _mx_code(xs[i], scale, constants, mc, sign_shift)
+        elif bits == 4:
+            for j in range(n // 2):
+                out[j] = _mx_code(xs[2 * j], scale, constants, mc, sign_shift) | (
+                    _mx_code(xs[2 * j + 1], scale, constants, mc, sign_shift) << 4)
+            if n % 2:
+                out[n // 2] = _mx_code(xs[n - 1], scale, constants, mc, sign_shift)
+        else:
+            for g in range(n // 4):
+                c0 = _mx_code(xs[4 * g], scale, constants, mc, sign_shift)
+                c1 = _mx_code(xs[4 * g + 1], scale, constants, mc, sign_shift)
+                c2 = _mx_code(xs[4 * g + 2], scale, constants, mc, sign_shift)
+                c3 = _mx_code(xs[4 * g + 3], scale, constants, mc, sign_shift)
+                out[3 * g] = c0 | (c1 << 6)
+                out[3 * g + 1] = (c1 >> 2) | (c2 << 4)
+                out[3 * g + 2] = (c2 >> 4) | (c3 << 2)
+            rest = n - n // 4 * 4
+            if rest:  # the short last block's last codes, as _pack packs them
+                word = U32(0)
+                for j in range(rest):
+                    word |= U32(_mx_code(xs[n // 4 * 4 + j], scale, constants, mc, sign_shift)) << U32(6 * j)
+                for k in range((rest * 6 + 7) // 8):
+                    out[3 * (n // 4) + k] = np.uint8((word >> U32(8 * k)) & U32(0xFF))
+
+
+@njit(**INLINE)
+def _mx_code(x, scale, constants, max_code, sign_shift):
+    """The nearest code of x * scale with its sign bit (0 for NaN: a non-finite block's), as a uint8."""
+    v_bits = f32_bits(x * scale)
+    a_bits = U32(v_bits & U32(0x7FFFFFFF))
+    code = I32(rne_code(a_bits, constants, max_code) | I32(U32(v_bits >> U32(31)) << sign_shift))
+    return np.uint8(0 if a_bits > U32(0x7F800000) else code)
 
 
 @njit(**JIT)
