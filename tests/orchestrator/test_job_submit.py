@@ -3,8 +3,9 @@ against a new local cluster (CPU; over a minute on 2 cores, more when they are b
 starting the cluster, the job's driver and the trial's worker).
 
 The lines are read from the page's first ``bash`` block of that section, so page and test cannot
-drift. What the page says is yours to change is all that changes: the sweep file (a one-trial sweep,
-tests/orchestrator/data/job_submit.yaml, given relative to the checkout as the page gives its own),
+drift. What the page says is yours to change is all that changes: the sweep file (one 2-worker trial of
+a user's own model file and compressor module beside it, tests/orchestrator/data/job_submit.yaml, given
+relative to the checkout as the page gives its own),
 the ``--results`` folder (one in the test's folder), and the ports: the ``ray start`` line gets
 free ports, its own ``--temp-dir`` and ``--block`` appended (``--block`` keeps the cluster's processes
 this test's children, so it ends exactly that cluster, by PID), and the submit line that dashboard
@@ -17,6 +18,8 @@ The job must succeed with the records at the absolute ``--results``; the same li
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -38,7 +41,8 @@ from tests.helpers import ROOT
 
 DOC = ROOT / "docs" / "sweeps.md"
 SECTION = "### On a Ray cluster: `ray job submit`"
-SWEEP = "tests/orchestrator/data/job_submit.yaml"  # relative to the checkout, the job's --working-dir
+DATA = "tests/orchestrator/data"  # relative to the checkout, the job's --working-dir
+SWEEP = f"{DATA}/job_submit.yaml"
 # The ray CLI of the Python running the tests, else the one on PATH.
 RAY = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
 # What the page's lines say that the test replaces (each must be there exactly once).
@@ -118,9 +122,20 @@ def test_documented_job_submit_lines_run_on_a_local_cluster(tmp_path):
     assert submitted.returncode == 0, submitted.stdout[-5000:]
     assert "succeeded" in submitted.stdout and f"results: {results}" in submitted.stdout, submitted.stdout[-5000:]
     assert "Connected to Ray cluster" in submitted.stdout  # the driver joined the cluster, did not start its own
-    trials = pd.read_csv(results / "trials.csv")
-    assert trials.status.tolist() == ["ok"], trials.to_dict("records")
-    assert len(list((results / "trials").glob("*.json"))) == 1
+    (record_path,) = (results / "trials").glob("*.json")
+    record = json.loads(record_path.read_text())
+    assert record["status"] == "ok", record.get("traceback") or record["reason"]
+    # The user's model and compressor, found beside the sweep file in the job's copy of the working dir
+    assert len(record["worker_node_ips"]) == 2
+    assert record["model_summary"]["parameters"] == 16 * 8 + 8 + 8 * 10 + 10
+    assert record["settings"]["model"].endswith(f"{DATA}/my_models.py:tiny_mlp")
+    digests = {Path(source["reference"].split(":")[0]).name: source["sha256"] for source in record["sources"]}
+    assert digests == {name: hashlib.sha256((ROOT / DATA / name).read_bytes()).hexdigest()
+                       for name in ("my_models.py", "my_compressor.py")}
+    (row,) = pd.read_csv(results / "trials.csv").to_dict("records")
+    assert row["status"] == "ok" and row["compressor"] == "truncate16" and row["parameters"] == 226
+    # Two ranks, each sending the upper halves of its gradient's bits: the compressed collectives ran.
+    assert row["bytes_sent"] > 0 and row["time_to_target_s"] > 0
 
 
 def _split_env(line: str) -> tuple[dict[str, str], list[str]]:

@@ -54,8 +54,9 @@ EF_NAMES = [("onebit", {}), ("onebit", {"grouping": "row"}), ("adaptive", {"pi":
 EF_SHAPES = [(32, 64), (48, 40)]
 EF_STEPS = 50
 # The 50-step tracking is the battery's longest part (about 60% of it); the bound it checks is the
-# residuals' and does not change with the world beyond an odd one: 4 ranks add no case.
-EF_WORLDS = (2, 3)
+# residuals' and does not change with the world beyond an odd one (chunks of unequal size): 2 and 4
+# ranks add no case.
+EF_WORLDS = (3,)
 
 
 def label(name: str, p: dict, algo: str, m: int | None = None) -> str:

@@ -16,46 +16,11 @@ import workloads
 from orchestrator.study import settings, train_loop
 from orchestrator.study.sweep_file import SweepFileError, load_sweep
 
-MODEL_FILE = textwrap.dedent('''
-    import math
-    import torch
-    from torch import nn
-
-
-    def tiny_mlp(input_shape, num_classes, *, hidden=16):
-        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU(),
-                             nn.Linear(hidden, num_classes))
-
-
-    def not_a_model(input_shape, num_classes):
-        return "a string"
-''')
-
-# A compressor of the user's own: the upper 16 bits of each float32 (bfloat16 rounded toward zero), sent
-# as int16, so it travels through the compressed collectives rather than a native all_reduce.
-COMPRESSOR_FILE = textwrap.dedent('''
-    import torch
-
-    from compressors import Compressor
-    from compressors.core import wire
-    from compressors.core.base import numel
-
-
-    class Truncate16(Compressor):
-        """The upper half of each float32's bits."""
-        name = "truncate16"
-        wire_id = 200
-
-        def _body_nbytes(self, shape):
-            return numel(shape) * 2
-
-        def _encode_body(self, flat, shape, *, step, rank, stream):
-            return [(flat.contiguous().view(torch.int32) >> 16).to(torch.int16)]
-
-        def _decode_body(self, payload, start, shape):
-            bits = wire.section(payload, start, numel(shape), torch.int16).to(torch.int32) << 16
-            return bits.view(torch.float32)
-''')
+# The user's files: a model file and a compressor module outside the package (also what the job of
+# tests/orchestrator/test_job_submit.py runs).
+DATA = Path(__file__).resolve().parent.parent / "data"
+MODEL_FILE = (DATA / "my_models.py").read_text()
+COMPRESSOR_FILE = (DATA / "my_compressor.py").read_text()
 
 
 @pytest.fixture
