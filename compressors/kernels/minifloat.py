@@ -316,25 +316,40 @@ def mx_decode(packed, scales, bits, values, scale_values, out, add):
         _decode6(packed, scales, values, scale_values, out, add)
 
 
+# Each block's loop over its own slices, indexed from 0, with its scale a constant (vectorised).
+
+
 @njit(**JIT)
 def _decode8(packed, scales, values, scale_values, out, add):
-    for i in range(out.size):
-        value = values[packed[i]] * scale_values[scales[i >> 5]]
-        out[i] = out[i] + value if add else value
+    for b in range(scales.size):
+        cs, os, scale = packed[b * 32:b * 32 + 32], out[b * 32:b * 32 + 32], scale_values[scales[b]]
+        if add:
+            for i in range(os.size):
+                os[i] += values[cs[i]] * scale
+        else:
+            for i in range(os.size):
+                os[i] = values[cs[i]] * scale
 
 
 @njit(**JIT)
 def _decode4(packed, scales, values, scale_values, out, add):
-    for i in range(out.size):
-        value = values[(packed[i >> 1] >> ((i & 1) * 4)) & 15] * scale_values[scales[i >> 5]]
-        out[i] = out[i] + value if add else value
+    for b in range(scales.size):
+        cs, os, scale = packed[b * 16:b * 16 + 16], out[b * 32:b * 32 + 32], scale_values[scales[b]]
+        if add:
+            for i in range(os.size):
+                os[i] += values[(cs[i >> 1] >> ((i & 1) * 4)) & 15] * scale
+        else:
+            for i in range(os.size):
+                os[i] = values[(cs[i >> 1] >> ((i & 1) * 4)) & 15] * scale
 
 
 @njit(**JIT)
 def _decode6(packed, scales, values, scale_values, out, add):
-    for i in range(out.size):
-        bit = 6 * i
-        k = bit >> 3
-        word = np.int32(packed[k]) | ((np.int32(packed[k + 1]) << 8) if (bit & 7) > 2 else 0)
-        value = values[(word >> (bit & 7)) & 63] * scale_values[scales[i >> 5]]
-        out[i] = out[i] + value if add else value
+    for b in range(scales.size):
+        cs, os, scale = packed[b * 24:b * 24 + 24], out[b * 32:b * 32 + 32], scale_values[scales[b]]
+        for i in range(os.size):
+            bit = 6 * i
+            k = bit >> 3
+            word = np.int32(cs[k]) | ((np.int32(cs[k + 1]) << 8) if (bit & 7) > 2 else 0)
+            value = values[(word >> (bit & 7)) & 63] * scale
+            os[i] = os[i] + value if add else value
