@@ -208,17 +208,26 @@ def _pack(codes, bits, packed):
             packed[n // 2] = codes[n - 1]
     else:
         for g in range(n // 4):
-            c0, c1, c2, c3 = codes[4 * g], codes[4 * g + 1], codes[4 * g + 2], codes[4 * g + 3]
-            packed[3 * g] = np.uint8((c0 | (c1 << 6)) & 0xFF)
-            packed[3 * g + 1] = np.uint8(((c1 >> 2) | (c2 << 4)) & 0xFF)
-            packed[3 * g + 2] = np.uint8(((c2 >> 4) | (c3 << 2)) & 0xFF)
-        rest = n - n // 4 * 4
-        if rest:
-            word = 0
-            for j in range(rest):
-                word |= np.int64(codes[n // 4 * 4 + j]) << (6 * j)
-            for k in range((rest * 6 + 7) // 8):
-                packed[3 * (n // 4) + k] = np.uint8((word >> (8 * k)) & 0xFF)
+            _put6(packed, g, codes[4 * g], codes[4 * g + 1], codes[4 * g + 2], codes[4 * g + 3])
+        word = U32(0)
+        for j in range(n - n // 4 * 4):
+            word |= U32(codes[n // 4 * 4 + j]) << U32(6 * j)
+        _put6_rest(packed, n, word)
+
+
+@njit(**INLINE)
+def _put6(packed, g, c0, c1, c2, c3):
+    """Four 6-bit codes, little-endian, into bytes 3g .. 3g + 2."""
+    packed[3 * g] = np.uint8((c0 | (c1 << 6)) & 0xFF)
+    packed[3 * g + 1] = np.uint8(((c1 >> 2) | (c2 << 4)) & 0xFF)
+    packed[3 * g + 2] = np.uint8(((c2 >> 4) | (c3 << 2)) & 0xFF)
+
+
+@njit(**INLINE)
+def _put6_rest(packed, n, word):
+    """The bytes of the last n % 4 of n 6-bit codes, held in ``word`` (6 bits each, the first lowest)."""
+    for k in range(((n % 4) * 6 + 7) // 8):
+        packed[3 * (n // 4) + k] = np.uint8((word >> U32(8 * k)) & U32(0xFF))
 
 
 def mx_encode(x, scales, packed, bits, emax, is_int, mbits, bias, max_code, stochastic, key, magnitudes):
@@ -263,20 +272,14 @@ def _mx_nearest6(x, scales, packed, emax, constants, max_code):
         scales[b], scale = _block_scale(xs, emax)
         n = xs.size
         for g in range(n // 4):
-            c0 = _mx_code(xs[4 * g], scale, constants, mc, sign_shift)
-            c1 = _mx_code(xs[4 * g + 1], scale, constants, mc, sign_shift)
-            c2 = _mx_code(xs[4 * g + 2], scale, constants, mc, sign_shift)
-            c3 = _mx_code(xs[4 * g + 3], scale, constants, mc, sign_shift)
-            out[3 * g] = c0 | (c1 << 6)
-            out[3 * g + 1] = (c1 >> 2) | (c2 << 4)
-            out[3 * g + 2] = (c2 >> 4) | (c3 << 2)
-        rest = n - n // 4 * 4
-        if rest:  # the short last block's last codes, as _pack packs them
-            word = U32(0)
-            for j in range(rest):
-                word |= U32(_mx_code(xs[n // 4 * 4 + j], scale, constants, mc, sign_shift)) << U32(6 * j)
-            for k in range((rest * 6 + 7) // 8):
-                out[3 * (n // 4) + k] = np.uint8((word >> U32(8 * k)) & U32(0xFF))
+            _put6(out, g, _mx_code(xs[4 * g], scale, constants, mc, sign_shift),
+                  _mx_code(xs[4 * g + 1], scale, constants, mc, sign_shift),
+                  _mx_code(xs[4 * g + 2], scale, constants, mc, sign_shift),
+                  _mx_code(xs[4 * g + 3], scale, constants, mc, sign_shift))
+        word = U32(0)  # the short last block's last codes
+        for j in range(n - n // 4 * 4):
+            word |= U32(_mx_code(xs[n // 4 * 4 + j], scale, constants, mc, sign_shift)) << U32(6 * j)
+        _put6_rest(out, n, word)
 
 
 @njit(**JIT)
