@@ -11,9 +11,12 @@ largest magnitudes, the same kernels). What makes it DGC lives elsewhere:
   setting): the optimizer runs without.
 - local gradient clipping (section 3.3): each worker clips each tensor's
   gradient to the L2 norm ``clip_norm * N ** -0.5`` before it enters the
-  memory (N workers), so that the sum of N such gradients stays within
-  ``clip_norm``. The paper clips the whole gradient; a communication hook sees
-  one bucket at a time, so here each tensor is clipped on its own.
+  memory (N workers), so that the sum of N independent such gradients has a
+  norm of about ``clip_norm``. The paper clips the whole gradient; a
+  communication hook sees one bucket at a time, so here each tensor is clipped
+  on its own.
+- a tensor too small to compress (``min_compress_numel``) travels whole in
+  the fp32 all-reduce as its velocity: plain momentum.
 - sparsity warm-up (section 3.4): the density goes 25%, 6.25%, 1.5625%,
   0.4% (75% ... 99.6% sparsity), ``ramp_steps`` steps each (the paper: one
   epoch each), then ``pi``; a stage's density below ``pi`` is ``pi``.

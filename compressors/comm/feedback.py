@@ -42,26 +42,29 @@ class ErrorFeedback:
 class MomentumCorrection(ErrorFeedback):
     """DGC's memory (Lin et al. 2018, sections 3.2 and 3.3), per key: the gradient ``g``, clipped to the L2
     norm ``clip`` (0: not clipped), enters the velocity ``u = momentum * u + g``; the accumulation ``v = v + u``
-    is what gets compressed. After decoding, the entries that were sent (decoded to a nonzero value) are
-    cleared in ``v`` (``v - decoded``, as error feedback) and in ``u`` (momentum factor masking)."""
+    is what gets compressed. After decoding, the entries that were sent (decoded to a nonzero value: one
+    sent as 0 keeps its u) are cleared in ``v`` (``v - decoded``, as error feedback) and in ``u`` (momentum
+    factor masking). A tensor sent whole (``velocity``) keeps its u: it is plain momentum."""
 
     def __init__(self, momentum: float, clip: float = 0.0) -> None:
         super().__init__()
         self.momentum, self.clip = momentum, clip
         self.velocities: dict[Hashable, torch.Tensor] = {}
 
-    def compensate(self, key: Hashable, grad: torch.Tensor) -> torch.Tensor:
+    def velocity(self, key: Hashable, grad: torch.Tensor) -> torch.Tensor:
+        """The velocity after ``grad`` (clipped) entered it: ``u = momentum * u + g`` (a new tensor)."""
         g = grad.to(torch.float32, copy=True)
         if self.clip:
-            norm = float(torch.linalg.vector_norm(g))
-            if norm > self.clip:
-                g.mul_(self.clip / norm)
+            # min(1, clip / |g|) on the device, without waiting for it: 1 exactly where |g| <= clip
+            g.mul_(torch.clamp(self.clip / torch.linalg.vector_norm(g), max=1.0))
         u = self.velocities.get(key)
         if u is not None and u.shape != g.shape:
             raise ValueError(f"velocity for {key!r} has shape {tuple(u.shape)}, gradient {tuple(g.shape)}")
-        u = g if u is None else u.mul_(self.momentum).add_(g)
-        self.velocities[key] = u
-        return super().compensate(key, u)
+        self.velocities[key] = g if u is None else u.mul_(self.momentum).add_(g)
+        return self.velocities[key].clone()
+
+    def compensate(self, key: Hashable, grad: torch.Tensor) -> torch.Tensor:
+        return super().compensate(key, self.velocity(key, grad))
 
     def update(self, key: Hashable, compensated: torch.Tensor, decoded: torch.Tensor) -> None:
         decoded = decoded.reshape(compensated.shape)
@@ -73,4 +76,5 @@ class MomentumCorrection(ErrorFeedback):
 
     def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
         super().load_state_dict(state, device)
-        self.velocities = {k: u.to(device) for k, u in state["velocities"].items()}
+        # copies: the velocities change in place, the state handed in must not
+        self.velocities = {k: u.to(device, copy=True) for k, u in state["velocities"].items()}

@@ -94,7 +94,8 @@ class Reducer:
                 raise ValueError(f"momentum={momentum!r} is invalid; valid: a float in [0, 1]")
             if not error_feedback:
                 raise ValueError(f"{compressor} keeps the momentum in its memory: error_feedback cannot be off")
-            # Local clipping: N workers' gradients clipped to clip_norm / sqrt(N) sum to at most clip_norm.
+            # Local clipping (the paper's): N independent gradients clipped to clip_norm / sqrt(N) sum to a
+            # norm of about clip_norm.
             self.ef = MomentumCorrection(float(momentum), self.params["clip_norm"] / math.sqrt(world))
         elif momentum is not None:
             raise ValueError(f"momentum is for a method that keeps it in its memory (dgc), not {compressor!r}: "
@@ -172,6 +173,12 @@ class Reducer:
         fused = self.codec.cast_dtype == torch.float32 and self.algorithm == "allreduce"
         small = [t for t in tensors if fused or t.numel() < self.min_compress_numel]
         large = [(k, t) for k, t in zip(keys, tensors) if not fused and t.numel() >= self.min_compress_numel]
+        if isinstance(self.ef, MomentumCorrection):
+            # A tensor sent whole gets the method's momentum too: the mean of the velocities is the
+            # velocity of the mean, plain SGD momentum (the optimizer runs without).
+            for k, t in zip(keys, tensors):
+                if t.numel() < self.min_compress_numel:
+                    t.copy_(self.ef.velocity(k, t))
         programs = [_inter_share(collectives.allreduce_native(small, torch.float32, self._groups), self._ring_share)]
         large_keys = [k for k, _ in large]
         large_tensors = [t for _, t in large]

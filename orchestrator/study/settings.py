@@ -211,9 +211,15 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
     """
     if settings.get("optimizer") == "adam" and settings.get("momentum") is not None:
         yield "momentum", "adam takes no momentum (it has betas); unset momentum or use optimizer: sgd"
-    if compressors.owns_momentum(settings["compressor"]) and settings.get("optimizer") == "adam":
-        yield "optimizer", (f"{settings['compressor']} keeps sgd's momentum in its memory (momentum correction): "
-                            "use optimizer: sgd")
+    if compressors.owns_momentum(settings["compressor"]):
+        if settings.get("optimizer") == "adam":
+            yield "optimizer", (f"{settings['compressor']} keeps sgd's momentum in its memory (momentum correction): "
+                                "use optimizer: sgd")
+        if settings.get("weight_decay"):
+            # The optimizer would apply it after the exchange, outside the momentum: 1 / (1 - momentum)
+            # times weaker than in the sgd it is compared with.
+            yield "weight_decay", (f"{settings['compressor']} keeps sgd's momentum in its memory, which the "
+                                   "optimizer's weight decay would bypass: set weight_decay: 0")
     if settings["compressor"] not in compressors.names():
         yield "compressor", (f"unknown compressor {settings['compressor']!r}; valid: {', '.join(compressors.names())}"
                              " (or one a module of imports registers)")

@@ -74,6 +74,16 @@ def test_what_was_sent_plus_what_is_left_is_the_sum_of_the_velocities():
     assert torch.allclose(sent + reducer.ef.residuals[0].double(), velocities, rtol=0, atol=1e-5)
 
 
+def test_a_tensor_too_small_to_compress_travels_whole_as_its_velocity():
+    reducer = C.Reducer("dgc", momentum=0.5)  # 4 entries: below min_compress_numel, in the fp32 all-reduce
+    first, second = [torch.tensor([1.0, -2.0, 0.0, 4.0])], [torch.tensor([1.0, 1.0, 1.0, 1.0])]
+    reducer.average(first)
+    reducer.average(second)
+    assert first[0].tolist() == [1.0, -2.0, 0.0, 4.0]
+    assert second[0].tolist() == [1.5, 0.0, 1.0, 3.0]  # 0.5 u + g: plain momentum, nothing masked
+    assert reducer.ef.residuals == {}
+
+
 def test_local_clipping_scales_a_gradient_to_the_norm_and_leaves_a_smaller_one_alone():
     memory = MomentumCorrection(momentum=0.9, clip=1.0)
     big = torch.tensor([3.0, 4.0])  # norm 5
@@ -92,11 +102,14 @@ def test_the_memory_survives_state_dict():
     torch.save(reducer.state_dict(), buffer)
     buffer.seek(0)
     restored = C.Reducer("dgc", pi=0.1, min_compress_numel=0)
-    restored.load_state_dict(torch.load(buffer, weights_only=False))
+    state = torch.load(buffer, weights_only=False)
+    saved = state["ef"]["velocities"][0].clone()
+    restored.load_state_dict(state)
     a, b = [randn(500, seed=9)], [randn(500, seed=9)]
     reducer.average(a)
     restored.average(b)
     assert torch.equal(a[0], b[0]) and torch.equal(reducer.ef.velocities[0], restored.ef.velocities[0])
+    assert torch.equal(state["ef"]["velocities"][0], saved)  # the state handed in is left alone
 
 
 def test_dgc_averages_by_allgather_only_and_keeps_its_memory_on():

@@ -46,6 +46,7 @@ def test_compressor_parameters_never_share_a_name_with_a_setting():
     ({"dataset": "synthetic", "input_shape": [20], "model": "alexnet"}, ["input_shape", "[channels, height, width]"]),
     ({"momentum": 0.9, "optimizer": "adam"}, ["momentum", "adam takes no momentum"]),
     ({"compressor": "dgc", "optimizer": "adam"}, ["optimizer", "dgc keeps sgd's momentum in its memory"]),
+    ({"compressor": "dgc", "weight_decay": 1e-4}, ["weight_decay", "the optimizer's weight decay would bypass"]),
     ({"model": "lenet5", "width": 8}, ["width", "lenet5"]),
     ({"dataset": "synthetic", "data_dir": "x"}, ["data_dir", "reads no files"]),
     ({"warmup_epochs": 2, "epochs": 2}, ["warmup_epochs", "< epochs"]),
