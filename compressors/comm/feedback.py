@@ -32,6 +32,9 @@ class ErrorFeedback:
     def update(self, key: Hashable, compensated: torch.Tensor, decoded: torch.Tensor) -> None:
         self.residuals[key] = compensated - decoded.reshape(compensated.shape)
 
+    def uncompressed(self, key: Hashable, grad: torch.Tensor) -> None:
+        """``grad`` travels whole (too small to compress): it has no residual, and is left as it is."""
+
     def state_dict(self) -> dict:
         return {"residuals": {k: r.detach().cpu().clone() for k, r in self.residuals.items()}}
 
@@ -44,15 +47,15 @@ class MomentumCorrection(ErrorFeedback):
     norm ``clip`` (0: not clipped), enters the velocity ``u = momentum * u + g``; the accumulation ``v = v + u``
     is what gets compressed. After decoding, the entries that were sent (decoded to a nonzero value: one
     sent as 0 keeps its u) are cleared in ``v`` (``v - decoded``, as error feedback) and in ``u`` (momentum
-    factor masking). A tensor sent whole (``velocity``) keeps its u: it is plain momentum."""
+    factor masking). A tensor sent whole (``uncompressed``) keeps its u: it is plain momentum."""
 
     def __init__(self, momentum: float, clip: float = 0.0) -> None:
         super().__init__()
         self.momentum, self.clip = momentum, clip
         self.velocities: dict[Hashable, torch.Tensor] = {}
 
-    def velocity(self, key: Hashable, grad: torch.Tensor) -> torch.Tensor:
-        """The velocity after ``grad`` (clipped) entered it: ``u = momentum * u + g`` (a new tensor)."""
+    def _advance(self, key: Hashable, grad: torch.Tensor) -> torch.Tensor:
+        """The velocity after ``grad`` (clipped) entered it: ``u = momentum * u + g`` (the memory's own)."""
         g = grad.to(torch.float32, copy=True)
         if self.clip:
             # min(1, clip / |g|) on the device, without waiting for it: 1 exactly where |g| <= clip
@@ -61,10 +64,15 @@ class MomentumCorrection(ErrorFeedback):
         if u is not None and u.shape != g.shape:
             raise ValueError(f"velocity for {key!r} has shape {tuple(u.shape)}, gradient {tuple(g.shape)}")
         self.velocities[key] = g if u is None else u.mul_(self.momentum).add_(g)
-        return self.velocities[key].clone()
+        return self.velocities[key]
 
     def compensate(self, key: Hashable, grad: torch.Tensor) -> torch.Tensor:
-        return super().compensate(key, self.velocity(key, grad))
+        return super().compensate(key, self._advance(key, grad))  # a copy plus v
+
+    def uncompressed(self, key: Hashable, grad: torch.Tensor) -> None:
+        """``grad`` becomes its velocity, sent whole: the mean of the velocities is the velocity of the
+        mean, plain SGD momentum (nothing is masked)."""
+        grad.copy_(self._advance(key, grad))
 
     def update(self, key: Hashable, compensated: torch.Tensor, decoded: torch.Tensor) -> None:
         decoded = decoded.reshape(compensated.shape)

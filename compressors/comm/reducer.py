@@ -171,15 +171,13 @@ class Reducer:
             raise ValueError(f"{len(tensors)} tensors but {len(keys)} keys")
         # fp32 over allreduce has nothing to compress: every tensor joins the one fused fp32 all_reduce.
         fused = self.codec.cast_dtype == torch.float32 and self.algorithm == "allreduce"
-        small = [t for t in tensors if fused or t.numel() < self.min_compress_numel]
+        small = [(k, t) for k, t in zip(keys, tensors) if fused or t.numel() < self.min_compress_numel]
         large = [(k, t) for k, t in zip(keys, tensors) if not fused and t.numel() >= self.min_compress_numel]
-        if isinstance(self.ef, MomentumCorrection):
-            # A tensor sent whole gets the method's momentum too: the mean of the velocities is the
-            # velocity of the mean, plain SGD momentum (the optimizer runs without).
-            for k, t in zip(keys, tensors):
-                if t.numel() < self.min_compress_numel:
-                    t.copy_(self.ef.velocity(k, t))
-        programs = [_inter_share(collectives.allreduce_native(small, torch.float32, self._groups), self._ring_share)]
+        if self.ef is not None:
+            for k, t in small:
+                self.ef.uncompressed(k, t)  # DGC's memory sends it as its velocity
+        programs = [_inter_share(collectives.allreduce_native([t for _, t in small], torch.float32, self._groups),
+                                 self._ring_share)]
         large_keys = [k for k, _ in large]
         large_tensors = [t for _, t in large]
         step = self._ledger.step

@@ -249,7 +249,7 @@ def mx_encode(x, scales, packed, bits, emax, is_int, mbits, bias, max_code, stoc
 
 
 # mx_encode's nearest rounding of a float element type, one kernel per element width (the width's
-# shifts and packing are constants, which makes each 10-50% faster than one kernel for all three): a
+# shifts and packing are constants, which made each faster than one kernel for all three): a
 # block at a time, its scale, then its codes computed and packed in one loop over the block's slices
 # indexed from 0 (so LLVM vectorises it).
 
