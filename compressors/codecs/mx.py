@@ -50,8 +50,9 @@ class MX(Compressor):
         Param("rounding", "nearest", str, choices=minifloat.ROUNDINGS,
               doc="to the nearest element value (ties to even, the spec's), or stochastically between the two neighbours"),
     )
-    examples = ({}, {"element": "e5m2"}, {"element": "e3m2"}, {"element": "e2m3"},
-                {"element": "e2m1", "rounding": "stochastic"}, {"element": "int8", "rounding": "stochastic"})
+    examples = ({}, {"element": "e5m2"}, {"element": "e3m2"}, {"element": "e2m3"}, {"element": "e2m1"},
+                {"element": "e2m1", "rounding": "stochastic"}, {"element": "int8"},
+                {"element": "int8", "rounding": "stochastic"})
     has_numba = True
     cuda_program = "minifloat"
 

@@ -36,6 +36,17 @@ def bits_f32(typingctx, x):
     return None
 
 
+@intrinsic
+def shr32(typingctx, a, s):
+    """a >> s in 32 bits (uint32, s < 32). Numba widens a shift to 64 bits, and LLVM keeps a
+    variable shift there (it cannot tell s < 32): two 64-bit shifts and shuffles per 8 lanes."""
+    if a == types.uint32 and s == types.uint32:
+        def codegen(context, builder, signature, args):
+            return builder.lshr(args[0], args[1])
+        return types.uint32(types.uint32, types.uint32), codegen
+    return None
+
+
 @njit(**INLINE)
 def uniform(key, index):
     """compressors.core.rng.uniform of one element: fmix32(index * GOLDEN ^ key) >> 8, times 2**-24.

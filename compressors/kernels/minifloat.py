@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .common import F32, INLINE, JIT, absmax, bits_f32, f32_bits, uniform
+from .common import F32, INLINE, JIT, absmax, bits_f32, f32_bits, shr32, uniform
 
 U32, I32 = np.uint32, np.int32
 
@@ -34,8 +34,8 @@ def rne_code(a_bits, constants, max_code):
     a_bits = U32(a_bits)
     # normal: add just under half an ulp of the type, plus the kept bits' lowest (ties to even)
     half = U32(U32(U32(1) << U32(shift - U32(1))) - U32(1))
-    rounded = U32(U32(a_bits + half) + U32(U32(a_bits >> shift) & U32(1)))
-    normal = I32(I32(rounded >> shift) - I32(offset))
+    rounded = U32(U32(a_bits + half) + U32(shr32(a_bits, shift) & U32(1)))
+    normal = I32(I32(shr32(rounded, shift)) - I32(offset))
     # subnormal steps, rounded half to even by the float32 addition of 2**23 (exact below 2**22;
     # a normal input, whose steps may be larger, takes the other path)
     steps = min(bits_f32(a_bits) * sub_scale, F32(2.0**22)) + F32(2.0**23)
@@ -184,16 +184,13 @@ def _fp_codes_stochastic(x, v_scales, codes, bits, constants, max_code, key, mag
 
 
 @njit(**JIT)
-def _int8_codes(x, v_scales, codes, stochastic, key):
-    """Two's complement of x * 2**(6 - s) rounded (exact in float64), clamped to +-127."""
+def _int8_stochastic(x, v_scales, codes, key):
+    """Two's complement of x * 2**(6 - s) rounded stochastically (exact in float64), clamped to +-127."""
     for i in range(x.size):
         scale = np.float64(v_scales[i >> 5])
         q = np.float64(x[i]) * scale * 64.0
-        if stochastic:
-            low = np.floor(q)
-            q = low + (1.0 if np.float64(uniform(key, i)) < q - low else 0.0)
-        else:
-            q = np.rint(q)
+        low = np.floor(q)
+        q = low + (1.0 if np.float64(uniform(key, i)) < q - low else 0.0)
         codes[i] = np.uint8(0 if np.isnan(scale) else np.int32(min(max(q, -127.0), 127.0)) & 0xFF)
 
 
@@ -234,14 +231,17 @@ def mx_encode(x, scales, packed, bits, emax, is_int, mbits, bias, max_code, stoc
     """Per block of 32: the E8M0 byte of 2**s, s = floor(log2 amax) - emax clamped to +-127 (0xFF for a
     block holding NaN or Inf, whose codes are 0), then each element's code of x * 2**-s, packed."""
     constants = rounding.py_func(mbits, bias)  # NumPy scalars: the types the kernels are compiled for
-    if not (is_int or stochastic):
-        _MX_NEAREST[bits](x, scales, packed, emax, constants, max_code)
+    if not stochastic:
+        if is_int:
+            _mx_nearest_int8(x, scales, packed, emax)
+        else:
+            _MX_NEAREST[bits](x, scales, packed, emax, constants, max_code)
         return
     v_scales = np.empty(scales.size, np.float32)
     _block_scales(x, scales, v_scales, emax)
     codes = packed if bits == 8 else np.empty(x.size, np.uint8)
     if is_int:
-        _int8_codes(x, v_scales, codes, stochastic, key)
+        _int8_stochastic(x, v_scales, codes, key)
     else:
         _fp_codes_stochastic(x, v_scales, codes, bits, constants, max_code, key, magnitudes)
     if bits != 8:
@@ -297,6 +297,21 @@ def _mx_nearest4(x, scales, packed, emax, constants, max_code):
 
 
 _MX_NEAREST = {8: _mx_nearest8, 6: _mx_nearest6, 4: _mx_nearest4}
+
+
+@njit(**JIT)
+def _mx_nearest_int8(x, scales, packed, emax):
+    """MXINT8's codes: rint(x * 2**(6 - s)) clamped to +-127. In float32 this is the float64
+    reference's value: times a power of two is exact (a product small enough to lose bits rounds
+    to 0 either way), and rint rounds half to even as np.rint. Not x * 2**(6 - s) in one product:
+    2**133 (s = -127) overflows float32."""
+    for b in range(scales.size):
+        xs, out = x[b * 32:b * 32 + 32], packed[b * 32:b * 32 + 32]
+        scales[b], scale = _block_scale(xs, emax)
+        nonfinite = scale != scale  # the block's NaN scale: its codes are 0
+        for i in range(xs.size):
+            q = min(max(np.rint(xs[i] * scale * F32(64.0)), F32(-127.0)), F32(127.0))
+            out[i] = np.uint8(I32(0 if nonfinite else I32(q)) & I32(0xFF))
 
 
 @njit(**INLINE)
