@@ -5,7 +5,8 @@
                                           [--compressors fp32,qsgd,...] [--cols 1024]
 
 For each compressor in ``compressors.COMPRESSORS`` with its default parameters (``qsgd``
-at ``bits`` 2, 4 and 8, ``fp8`` also with ``block`` 32, ``mx`` also with e3m2, e2m1 and int8 elements), each implementation it has among ``--impls`` (default:
+at ``bits`` 2, 4 and 8, ``fp8`` also with ``block`` 32, ``mx`` also with e3m2, e2m1 and int8 elements; both also with
+``rounding`` stochastic), each implementation it has among ``--impls`` (default:
 ``reference`` and, on the CPU, ``numba``) and each size ``n = 2**e`` (``--sizes``
 lists the exponents), a float32 Gaussian tensor of shape ``(n // cols, cols)``
 (a weight matrix; ``cols`` defaults to 1024) is encoded into a reused payload
@@ -44,8 +45,10 @@ from orchestrator.study.labels import config_label
 # The parameter sets benchmarked beside the defaults: widths and layouts whose kernels differ.
 VARIANTS = {
     "qsgd": tuple({"bits": b} for b in (2, 4, 8)),
-    "fp8": ({}, {"block": 32}),
-    "mx": ({}, {"element": "e3m2"}, {"element": "e2m1"}, {"element": "int8"}),
+    "fp8": ({}, {"block": 32}, {"rounding": "stochastic"}),
+    "mx": ({}, {"element": "e3m2"}, {"element": "e2m1"}, {"element": "int8"}, {"rounding": "stochastic"},
+           {"element": "e3m2", "rounding": "stochastic"}, {"element": "e2m1", "rounding": "stochastic"},
+           {"element": "int8", "rounding": "stochastic"}),
 }
 
 

@@ -102,8 +102,7 @@ class FP8(Compressor):
         fmt = self.fmt
         key = rng.stream_key(self.seed, step, rank, stream) if self.rounding == "stochastic" else 0
         fp8_encode(flat, self.block, f32_section(body, 0, nb, writable=True), body[4 * nb:], np.float32(fmt.max_normal),
-                   fmt.mbits, fmt.bias, fmt.finite - 1, _NAN_CODE, self.rounding == "stochastic", np.uint32(key),
-                   minifloat.magnitudes(fmt))
+                   fmt.mbits, fmt.bias, fmt.finite - 1, _NAN_CODE, self.rounding == "stochastic", np.uint32(key))
 
     def _decode_numba(self, body, shape, out, add):
         from ..kernels.common import f32_section

@@ -129,7 +129,7 @@ class MX(Compressor):
         key = rng.stream_key(self.seed, step, rank, stream) if stochastic else 0
         mbits, bias, max_code = self._rounding()
         mx_encode(flat, body[:nb], body[nb:], self.element_bits, self.emax, self.element == "int8", mbits, bias,
-                  max_code, stochastic, np.uint32(key), self._magnitudes())
+                  max_code, stochastic, np.uint32(key), np.float32(self._magnitudes()[-1]))
 
     def _decode_numba(self, body, shape, out, add):
         from ..kernels.minifloat import mx_decode

@@ -45,40 +45,44 @@ def rne_code(a_bits, constants, max_code):
 
 
 @njit(**INLINE)
-def stochastic_code(a, nearest, u, magnitudes):
-    """Between the two magnitudes around ``a`` (float32, at most the largest), the upper with
-    probability (a - lower) / (upper - lower) in float64 (compressors.core.minifloat.round_to's)."""
-    value = magnitudes[nearest]
-    a64 = np.float64(a)
-    if value == a64:
-        return nearest
-    lo, hi = (nearest - 1, nearest) if value > a64 else (nearest, nearest + 1)
-    p = (a64 - magnitudes[lo]) / (magnitudes[hi] - magnitudes[lo])
-    return hi if np.float64(u) < p else lo
+def sr_code(a_bits, u, constants, max_code):
+    """The code of the magnitude whose float32 bits are ``a_bits`` (finite, at most the largest)
+    rounded stochastically: the lower neighbour's code, plus 1 where the draw ``u`` < (a - lower) /
+    (upper - lower), compressors.core.minifloat.round_to's rule. That fraction is exact in float32:
+    two neighbours differ by a power of two, so in the normal range it is the dropped mantissa bits
+    times 2**-shift, and below it the fraction of a's subnormal steps. Branch-free, as rne_code."""
+    shift, offset, sub_scale, min_normal = constants
+    a_bits = U32(a_bits)
+    dropped = U32(a_bits & U32(U32(U32(1) << shift) - U32(1)))
+    normal_low = I32(I32(shr32(a_bits, shift)) - I32(offset))
+    normal_frac = F32(I32(dropped)) * bits_f32(U32(U32(U32(127) - shift) << U32(23)))
+    steps = min(bits_f32(a_bits) * sub_scale, F32(2.0**22))
+    low = np.floor(steps)
+    subnormal = a_bits < min_normal
+    code = I32((I32(low) if subnormal else normal_low) + I32(u < ((steps - low) if subnormal else normal_frac)))
+    return code if code < I32(max_code) else I32(max_code)
 
 
 @njit(**JIT)
-def fp8_encode(x, block, scales, codes, max_normal, mbits, bias, max_code, nan_code, stochastic, key, magnitudes):
+def fp8_encode(x, block, scales, codes, max_normal, mbits, bias, max_code, nan_code, stochastic, key):
     """Per block: scale = amax / max_normal (1 for amax 0, 2**-149 where it underflows), then each
     code of x / scale (see fp8.py)."""
     n = x.size
     row = block if block > 0 else max(n, 1)
     constants = rounding(mbits, bias)
-    if stochastic:
-        for b in range(scales.size):
-            lo, hi = b * row, min((b + 1) * row, n)
-            scales[b] = _fp8_scale(x[lo:hi], max_normal)
-            _fp8_stochastic(x, lo, hi, scales[b], codes, max_normal, constants, max_code, nan_code, key, magnitudes)
-        return
-    mc, nc = I32(max_code), I32(nan_code)
+    mc, nc, top = I32(max_code), I32(nan_code), F32(max_normal)
     for b in range(scales.size):
         # The block's slices, indexed from 0: so LLVM vectorises both inner loops (as a loop over lo..hi
         # it does not); the block is in cache for the second.
         xs, cs = x[b * row:(b + 1) * row], codes[b * row:(b + 1) * row]
         scale = _fp8_scale(xs, max_normal)
         scales[b] = scale
-        for i in range(xs.size):
-            cs[i] = _fp8_nearest(xs[i], scale, constants, mc, nc)
+        if stochastic:
+            for i in range(xs.size):
+                cs[i] = _fp8_stochastic(xs[i], scale, uniform(key, b * row + i), constants, mc, nc, top)
+        else:
+            for i in range(xs.size):
+                cs[i] = _fp8_nearest(xs[i], scale, constants, mc, nc)
 
 
 @njit(**INLINE)
@@ -101,17 +105,15 @@ def _fp8_nearest(x, scale, constants, max_code, nan_code):
     return np.uint8(I32(code | I32(U32(bits >> U32(24)) & U32(0x80))))
 
 
-@njit(**JIT)
-def _fp8_stochastic(x, lo, hi, scale, codes, max_normal, constants, max_code, nan_code, key, magnitudes):
-    for i in range(lo, hi):
-        bits = f32_bits(x[i] / scale)
-        a_bits = np.uint32(bits & np.uint32(0x7FFFFFFF))
-        if a_bits > np.uint32(0x7F800000):  # a NaN of clear sign, as the reference's
-            codes[i] = np.uint8(nan_code)
-            continue
-        a = min(bits_f32(a_bits), F32(max_normal))
-        code = stochastic_code(a, rne_code(f32_bits(a), constants, max_code), uniform(key, i), magnitudes)
-        codes[i] = np.uint8(code | np.int32((bits >> np.uint32(24)) & np.uint32(0x80)))
+@njit(**INLINE)
+def _fp8_stochastic(x, scale, u, constants, max_code, nan_code, top):
+    """The stochastically rounded code of x / scale (saturated at ``top``), its sign bit set;
+    ``nan_code`` with a clear sign for NaN, as the reference's."""
+    bits = f32_bits(x / scale)
+    a_bits = U32(bits & U32(0x7FFFFFFF))
+    a = min(bits_f32(a_bits), top)
+    code = I32(sr_code(f32_bits(a), u, constants, max_code) | I32(U32(bits >> U32(24)) & U32(0x80)))
+    return np.uint8(nan_code if a_bits > U32(0x7F800000) else code)
 
 
 @njit(**JIT)
@@ -162,54 +164,20 @@ def _block_scale(xs, emax):
 
 
 @njit(**JIT)
-def _block_scales(x, scales, v_scales, emax):
-    """``_block_scale`` of every block."""
+def _mx_stochastic_int8(x, scales, packed, emax, key):
+    """MXINT8's codes rounded stochastically: floor(q) + (u < q - floor(q)), q = x * 2**(6 - s) in
+    float64, where q and q - floor(q) are the reference's (an exact product; the same rounding of the
+    difference), clamped to +-127."""
     for b in range(scales.size):
-        scales[b], v_scales[b] = _block_scale(x[b * 32:b * 32 + 32], emax)
-
-
-@njit(**JIT)
-def _fp_codes_stochastic(x, v_scales, codes, bits, constants, max_code, key, magnitudes):
-    sign_bit = np.int32(1) << (bits - 1)
-    top = F32(magnitudes[max_code])
-    for i in range(x.size):
-        v_bits = f32_bits(x[i] * v_scales[i >> 5])
-        a_bits = np.uint32(v_bits & np.uint32(0x7FFFFFFF))
-        if a_bits > np.uint32(0x7F800000):
-            codes[i] = 0
-            continue
-        a = min(bits_f32(a_bits), top)
-        code = stochastic_code(a, rne_code(f32_bits(a), constants, max_code), uniform(key, i), magnitudes)
-        codes[i] = np.uint8(code | (sign_bit if v_bits >> np.uint32(31) else 0))
-
-
-@njit(**JIT)
-def _int8_stochastic(x, v_scales, codes, key):
-    """Two's complement of x * 2**(6 - s) rounded stochastically (exact in float64), clamped to +-127."""
-    for i in range(x.size):
-        scale = np.float64(v_scales[i >> 5])
-        q = np.float64(x[i]) * scale * 64.0
-        low = np.floor(q)
-        q = low + (1.0 if np.float64(uniform(key, i)) < q - low else 0.0)
-        codes[i] = np.uint8(0 if np.isnan(scale) else np.int32(min(max(q, -127.0), 127.0)) & 0xFF)
-
-
-@njit(**JIT)
-def _pack(codes, bits, packed):
-    """Little-endian bit packing of 6- or 4-bit codes (8-bit codes are the bytes)."""
-    n = codes.size
-    if bits == 4:
-        for j in range(n // 2):
-            packed[j] = np.uint8(codes[2 * j] | (codes[2 * j + 1] << 4))
-        if n % 2:
-            packed[n // 2] = codes[n - 1]
-    else:
-        for g in range(n // 4):
-            _put6(packed, g, codes[4 * g], codes[4 * g + 1], codes[4 * g + 2], codes[4 * g + 3])
-        word = U32(0)
-        for j in range(n - n // 4 * 4):
-            word |= U32(codes[n // 4 * 4 + j]) << U32(6 * j)
-        _put6_rest(packed, n, word)
+        xs, out = x[b * 32:b * 32 + 32], packed[b * 32:b * 32 + 32]
+        scales[b], scale = _block_scale(xs, emax)
+        nonfinite = scale != scale  # the block's NaN scale: its codes are 0
+        scale64 = np.float64(scale) * 64.0  # exact: 2**(6 - s) <= 2**133
+        for i in range(xs.size):
+            q = np.float64(xs[i]) * scale64
+            low = np.floor(q)
+            q = min(max(low + np.float64(np.float64(uniform(key, b * 32 + i)) < q - low), -127.0), 127.0)
+            out[i] = np.uint8(I32(0 if nonfinite else I32(q)) & I32(0xFF))
 
 
 @njit(**INLINE)
@@ -227,76 +195,71 @@ def _put6_rest(packed, n, word):
         packed[3 * (n // 4) + k] = np.uint8((word >> U32(8 * k)) & U32(0xFF))
 
 
-def mx_encode(x, scales, packed, bits, emax, is_int, mbits, bias, max_code, stochastic, key, magnitudes):
+def mx_encode(x, scales, packed, bits, emax, is_int, mbits, bias, max_code, stochastic, key, top):
     """Per block of 32: the E8M0 byte of 2**s, s = floor(log2 amax) - emax clamped to +-127 (0xFF for a
-    block holding NaN or Inf, whose codes are 0), then each element's code of x * 2**-s, packed."""
+    block holding NaN or Inf, whose codes are 0), then each element's code of x * 2**-s, packed. ``top``:
+    the element type's largest magnitude (float32; unused for int8)."""
     constants = rounding.py_func(mbits, bias)  # NumPy scalars: the types the kernels are compiled for
-    if not stochastic:
-        if is_int:
-            _mx_nearest_int8(x, scales, packed, emax)
-        else:
-            _MX_NEAREST[bits](x, scales, packed, emax, constants, max_code)
-        return
-    v_scales = np.empty(scales.size, np.float32)
-    _block_scales(x, scales, v_scales, emax)
-    codes = packed if bits == 8 else np.empty(x.size, np.uint8)
     if is_int:
-        _int8_stochastic(x, v_scales, codes, key)
+        if stochastic:
+            _mx_stochastic_int8(x, scales, packed, emax, key)
+        else:
+            _mx_nearest_int8(x, scales, packed, emax)
     else:
-        _fp_codes_stochastic(x, v_scales, codes, bits, constants, max_code, key, magnitudes)
-    if bits != 8:
-        _pack(codes, bits, packed)
+        _MX_FLOAT[bits](x, scales, packed, emax, constants, max_code, key if stochastic else None, top)
 
 
-# mx_encode's nearest rounding of a float element type, one kernel per element width (the width's
-# shifts and packing are constants, which made each faster than one kernel for all three): a
-# block at a time, its scale, then its codes computed and packed in one loop over the block's slices
-# indexed from 0 (so LLVM vectorises it).
+# mx_encode's float element types, one kernel per element width (the width's shifts and packing are
+# constants, which made each faster than one kernel for all three): a block at a time, its scale, then
+# its codes computed and packed in one loop over the block's slices indexed from 0 (so LLVM vectorises
+# it). ``key`` None rounds to nearest: Numba compiles that case on its own, without the stochastic
+# branch (with a flag tested inside the loop, the nearest path ran slower).
 
 
 @njit(**JIT)
-def _mx_nearest8(x, scales, packed, emax, constants, max_code):
+def _mx_float8(x, scales, packed, emax, constants, max_code, key, top):
     sign_shift, mc = U32(7), I32(max_code)
     for b in range(scales.size):
         xs, out = x[b * 32:b * 32 + 32], packed[b * 32:b * 32 + 32]
         scales[b], scale = _block_scale(xs, emax)
         for i in range(xs.size):
-            out[i] = _mx_code(xs[i], scale, constants, mc, sign_shift)
+            out[i] = _mx_code(xs[i], scale, constants, mc, sign_shift, key, b * 32 + i, top)
 
 
 @njit(**JIT)
-def _mx_nearest6(x, scales, packed, emax, constants, max_code):
+def _mx_float6(x, scales, packed, emax, constants, max_code, key, top):
     sign_shift, mc = U32(5), I32(max_code)
     for b in range(scales.size):
         xs, out = x[b * 32:b * 32 + 32], packed[b * 24:b * 24 + 24]
         scales[b], scale = _block_scale(xs, emax)
-        n = xs.size
+        n, i0 = xs.size, b * 32
         for g in range(n // 4):
-            _put6(out, g, _mx_code(xs[4 * g], scale, constants, mc, sign_shift),
-                  _mx_code(xs[4 * g + 1], scale, constants, mc, sign_shift),
-                  _mx_code(xs[4 * g + 2], scale, constants, mc, sign_shift),
-                  _mx_code(xs[4 * g + 3], scale, constants, mc, sign_shift))
+            _put6(out, g, _mx_code(xs[4 * g], scale, constants, mc, sign_shift, key, i0 + 4 * g, top),
+                  _mx_code(xs[4 * g + 1], scale, constants, mc, sign_shift, key, i0 + 4 * g + 1, top),
+                  _mx_code(xs[4 * g + 2], scale, constants, mc, sign_shift, key, i0 + 4 * g + 2, top),
+                  _mx_code(xs[4 * g + 3], scale, constants, mc, sign_shift, key, i0 + 4 * g + 3, top))
         word = U32(0)  # the short last block's last codes
-        for j in range(n - n // 4 * 4):
-            word |= U32(_mx_code(xs[n // 4 * 4 + j], scale, constants, mc, sign_shift)) << U32(6 * j)
+        for j in range(n // 4 * 4, n):
+            code = _mx_code(xs[j], scale, constants, mc, sign_shift, key, i0 + j, top)
+            word |= U32(code) << U32(6 * (j % 4))
         _put6_rest(out, n, word)
 
 
 @njit(**JIT)
-def _mx_nearest4(x, scales, packed, emax, constants, max_code):
+def _mx_float4(x, scales, packed, emax, constants, max_code, key, top):
     sign_shift, mc = U32(3), I32(max_code)
     for b in range(scales.size):
         xs, out = x[b * 32:b * 32 + 32], packed[b * 16:b * 16 + 16]
         scales[b], scale = _block_scale(xs, emax)
-        n = xs.size
+        n, i0 = xs.size, b * 32
         for j in range(n // 2):
-            out[j] = _mx_code(xs[2 * j], scale, constants, mc, sign_shift) | (
-                _mx_code(xs[2 * j + 1], scale, constants, mc, sign_shift) << 4)
+            out[j] = _mx_code(xs[2 * j], scale, constants, mc, sign_shift, key, i0 + 2 * j, top) | (
+                _mx_code(xs[2 * j + 1], scale, constants, mc, sign_shift, key, i0 + 2 * j + 1, top) << 4)
         if n % 2:
-            out[n // 2] = _mx_code(xs[n - 1], scale, constants, mc, sign_shift)
+            out[n // 2] = _mx_code(xs[n - 1], scale, constants, mc, sign_shift, key, i0 + n - 1, top)
 
 
-_MX_NEAREST = {8: _mx_nearest8, 6: _mx_nearest6, 4: _mx_nearest4}
+_MX_FLOAT = {8: _mx_float8, 6: _mx_float6, 4: _mx_float4}
 
 
 @njit(**JIT)
@@ -315,11 +278,19 @@ def _mx_nearest_int8(x, scales, packed, emax):
 
 
 @njit(**INLINE)
-def _mx_code(x, scale, constants, max_code, sign_shift):
-    """The nearest code of x * scale with its sign bit (0 for NaN: a non-finite block's), as a uint8."""
+def _mx_code(x, scale, constants, max_code, sign_shift, key, index, top):
+    """The code of x * scale with its sign bit (0 for NaN: a non-finite block's), as a uint8: the
+    nearest (``key`` None), or rounded stochastically with entry ``index``'s draw, saturated at ``top``."""
     v_bits = f32_bits(x * scale)
     a_bits = U32(v_bits & U32(0x7FFFFFFF))
-    code = I32(rne_code(a_bits, constants, max_code) | I32(U32(v_bits >> U32(31)) << sign_shift))
+    if key is not None:
+        # A product that underflows to 0 (an entry 2**-150 below its block's scale): the reference's
+        # exact product is positive and rounds up on a draw of 0, as any positive float32 does.
+        a_bits = U32(1) if a_bits == U32(0) and x != 0 else a_bits
+        code = sr_code(f32_bits(min(bits_f32(a_bits), top)), uniform(key, index), constants, max_code)
+    else:
+        code = rne_code(a_bits, constants, max_code)
+    code = I32(code | I32(U32(v_bits >> U32(31)) << sign_shift))
     return np.uint8(0 if a_bits > U32(0x7F800000) else code)
 
 

@@ -144,3 +144,24 @@ def test_stochastic_rounding_is_unbiased(name):
     z = ((mean - x.double()).abs() / (sd / math.sqrt(steps)))[moved]
     assert float(z.max()) < 5.0
     assert torch.equal(outs[0][~moved].float(), nearest[~moved])  # entries on a grid point stay there
+
+
+@pytest.mark.parametrize("name", ["e4m3", "e2m1", "int8"])
+def test_a_draw_of_zero_rounds_up_an_entry_far_below_its_blocks_scale(name, monkeypatch):
+    # V = 2**-60 / 2**(100 - emax) is positive however small (below float32's smallest for the
+    # floats), so a draw of 0 takes it up to the smallest nonzero code in every implementation.
+    from compressors.core import rng
+
+    index = 5
+    key = (index * rng.GOLDEN) & 0xFFFFFFFF  # index * GOLDEN ^ key = 0, whose hash is 0
+    assert float(rng.uniform(key, 8, torch.device("cpu"))[index]) == 0.0
+    monkeypatch.setattr(rng, "stream_key", lambda *counters: key)
+    x = torch.zeros(32)
+    x[0], x[index] = 2.0**100, 2.0**-60
+    smallest = 1.0 if name == "int8" else 2.0 ** (2 - 2 ** (ELEMENTS[name][0] - 1) - ELEMENTS[name][1])
+    impls = ["reference"] + (["numba"] if C.COMPRESSORS["mx"].has_numba else [])
+    for impl in impls:
+        c = C.get("mx", element=name, rounding="stochastic", impl=impl)
+        decoded = c.decode(c.encode(x, step=1))
+        unit = 2.0 ** (100 - ELEMENTS[name][2]) * (2.0**-6 if name == "int8" else 1.0)
+        assert float(decoded[index]) == smallest * unit, impl

@@ -275,3 +275,20 @@ def test_encode_and_decode_dispatch_to_the_cuda_kernels(name, monkeypatch):
     total = torch.ones(x.shape)
     codec.decode(expected, out=total, add=True)
     _same_bits(total.reshape(-1).numpy(), (1.0 + reference.decode(expected)).reshape(-1).numpy(), "decode add")
+
+
+@pytest.mark.parametrize("element", ["e4m3", "e2m1", "int8"])
+def test_mx_rounds_an_entry_far_below_its_scale_up_on_a_draw_of_zero_alike(element, monkeypatch):
+    # The case of tests/compressors/codecs/test_mx.py: an entry whose product with its block's scale
+    # underflows float32, and the draw 0 at its index.
+    from compressors.core import rng
+
+    index = 5
+    key = (index * rng.GOLDEN) & 0xFFFFFFFF
+    monkeypatch.setattr(rng, "stream_key", lambda *counters: key)
+    x = torch.zeros(32)
+    x[0], x[index] = 2.0**100, 2.0**-60
+    codec = _numba("mx", {"element": element, "rounding": "stochastic"})
+    expected = codec.encode(x, step=1).numpy()
+    start = expected.size - codec._body_nbytes(tuple(x.shape))
+    _same_body(_host_encode(codec, x, offset=0), expected, start, "draw 0")
