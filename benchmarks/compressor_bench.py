@@ -5,8 +5,9 @@
                                           [--compressors fp32,qsgd,...] [--cols 1024]
 
 For each compressor in ``compressors.COMPRESSORS`` with its default parameters (``qsgd``
-at ``bits`` 2, 4 and 8, ``fp8`` also with ``block`` 32, ``mx`` also with e3m2, e2m1 and int8 elements; both also with
-``rounding`` stochastic), each implementation it has among ``--impls`` (default:
+at ``bits`` 2, 4 and 8, ``fp8`` also with ``block`` 32 and with ``rounding`` stochastic, ``mx`` also with e3m2,
+e2m1 and int8 elements, and with ``rounding`` stochastic for e4m3, e3m2, e2m1 and int8), each implementation it
+has among ``--impls`` (default:
 ``reference`` and, on the CPU, ``numba``) and each size ``n = 2**e`` (``--sizes``
 lists the exponents), a float32 Gaussian tensor of shape ``(n // cols, cols)``
 (a weight matrix; ``cols`` defaults to 1024) is encoded into a reused payload

@@ -129,8 +129,8 @@ mx_codes(const float* __restrict__ x, long long n, const float* __restrict__ v_s
         } else {
             const u32 v = __float_as_uint(x[i] * scale);
             u32 a = v & 0x7FFFFFFFu;
-            // A product that underflows to 0 (an entry 2**-150 below its block's scale): the reference's
-            // exact product is positive and rounds up on a draw of 0, as any positive float does.
+            // A product that underflows to 0 (|x| at most 2**(s - 150)): the reference's exact product is
+            // positive and rounds up on a draw of 0, as any positive float does.
             if (stochastic && a == 0u && x[i] != 0.0f) a = 1u;
             if (a > 0x7F800000u) {
                 code = 0;

@@ -19,7 +19,7 @@ U32, I32 = np.uint32, np.int32
 
 @njit(**INLINE)
 def rounding(mbits, bias):
-    """The constants of rne_code for a type (computed once, outside the loops): the mantissa bits to
+    """The constants of rne_code and sr_code for a type (computed once, outside the loops): the mantissa bits to
     drop, the code of 2**0's offset, the scale to subnormal steps and the smallest normal's bits."""
     return (np.uint32(23 - mbits), np.int32((127 - bias) << mbits), F32(2.0 ** (bias - 1 + mbits)),
             np.uint32((128 - bias) << 23))
@@ -45,22 +45,24 @@ def rne_code(a_bits, constants, max_code):
 
 
 @njit(**INLINE)
-def sr_code(a_bits, u, constants, max_code):
-    """The code of the magnitude whose float32 bits are ``a_bits`` (finite, at most the largest)
-    rounded stochastically: the lower neighbour's code, plus 1 where the draw ``u`` < (a - lower) /
-    (upper - lower), compressors.core.minifloat.round_to's rule. That fraction is exact in float32:
-    two neighbours differ by a power of two, so in the normal range it is the dropped mantissa bits
-    times 2**-shift, and below it the fraction of a's subnormal steps. Branch-free, as rne_code."""
+def sr_code(a_bits, u, constants):
+    """The code of the magnitude whose float32 bits are ``a_bits`` (at most the largest; the code of
+    a NaN is meaningless, and callers replace it) rounded stochastically: the lower neighbour's code,
+    plus 1 where the draw ``u`` < (a - lower) / (upper - lower), compressors.core.minifloat.round_to's
+    rule. That fraction is exact in float32: two neighbours differ by a power of two, so in the normal
+    range it is the dropped mantissa bits times 2**-shift, and below it the fraction of a's subnormal
+    steps. At the largest magnitude nothing is dropped, so the code is at most the largest code.
+    Branch-free, as rne_code."""
     shift, offset, sub_scale, min_normal = constants
     a_bits = U32(a_bits)
     dropped = U32(a_bits & U32(U32(U32(1) << shift) - U32(1)))
     normal_low = I32(I32(shr32(a_bits, shift)) - I32(offset))
     normal_frac = F32(I32(dropped)) * bits_f32(U32(U32(U32(127) - shift) << U32(23)))
+    # steps of a normal input, discarded, may exceed int32: the bound keeps the cast defined
     steps = min(bits_f32(a_bits) * sub_scale, F32(2.0**22))
     low = np.floor(steps)
     subnormal = a_bits < min_normal
-    code = I32((I32(low) if subnormal else normal_low) + I32(u < ((steps - low) if subnormal else normal_frac)))
-    return code if code < I32(max_code) else I32(max_code)
+    return I32((I32(low) if subnormal else normal_low) + I32(u < ((steps - low) if subnormal else normal_frac)))
 
 
 @njit(**JIT)
@@ -79,7 +81,7 @@ def fp8_encode(x, block, scales, codes, max_normal, mbits, bias, max_code, nan_c
         scales[b] = scale
         if stochastic:
             for i in range(xs.size):
-                cs[i] = _fp8_stochastic(xs[i], scale, uniform(key, b * row + i), constants, mc, nc, top)
+                cs[i] = _fp8_stochastic(xs[i], scale, uniform(key, b * row + i), constants, nc, top)
         else:
             for i in range(xs.size):
                 cs[i] = _fp8_nearest(xs[i], scale, constants, mc, nc)
@@ -106,13 +108,13 @@ def _fp8_nearest(x, scale, constants, max_code, nan_code):
 
 
 @njit(**INLINE)
-def _fp8_stochastic(x, scale, u, constants, max_code, nan_code, top):
+def _fp8_stochastic(x, scale, u, constants, nan_code, top):
     """The stochastically rounded code of x / scale (saturated at ``top``), its sign bit set;
     ``nan_code`` with a clear sign for NaN, as the reference's."""
     bits = f32_bits(x / scale)
     a_bits = U32(bits & U32(0x7FFFFFFF))
     a = min(bits_f32(a_bits), top)
-    code = I32(sr_code(f32_bits(a), u, constants, max_code) | I32(U32(bits >> U32(24)) & U32(0x80)))
+    code = I32(sr_code(f32_bits(a), u, constants) | I32(U32(bits >> U32(24)) & U32(0x80)))
     return np.uint8(nan_code if a_bits > U32(0x7F800000) else code)
 
 
@@ -284,10 +286,10 @@ def _mx_code(x, scale, constants, max_code, sign_shift, key, index, top):
     v_bits = f32_bits(x * scale)
     a_bits = U32(v_bits & U32(0x7FFFFFFF))
     if key is not None:
-        # A product that underflows to 0 (an entry 2**-150 below its block's scale): the reference's
-        # exact product is positive and rounds up on a draw of 0, as any positive float32 does.
+        # A product that underflows to 0 (|x| at most 2**(s - 150)): the reference's exact product is
+        # positive and rounds up on a draw of 0, as any positive float32 does.
         a_bits = U32(1) if a_bits == U32(0) and x != 0 else a_bits
-        code = sr_code(f32_bits(min(bits_f32(a_bits), top)), uniform(key, index), constants, max_code)
+        code = sr_code(f32_bits(min(bits_f32(a_bits), top)), uniform(key, index), constants)
     else:
         code = rne_code(a_bits, constants, max_code)
     code = I32(code | I32(U32(v_bits >> U32(31)) << sign_shift))
