@@ -165,23 +165,6 @@ def _block_scale(xs, emax):
     return np.uint8(s + 127), scale
 
 
-@njit(**JIT)
-def _mx_stochastic_int8(x, scales, packed, emax, key):
-    """MXINT8's codes rounded stochastically: floor(q) + (u < q - floor(q)), q = x * 2**(6 - s) in
-    float64, where q and q - floor(q) are the reference's (an exact product; the same rounding of the
-    difference), clamped to +-127."""
-    for b in range(scales.size):
-        xs, out = x[b * 32:b * 32 + 32], packed[b * 32:b * 32 + 32]
-        scales[b], scale = _block_scale(xs, emax)
-        nonfinite = scale != scale  # the block's NaN scale: its codes are 0
-        scale64 = np.float64(scale) * 64.0  # exact: 2**(6 - s) <= 2**133
-        for i in range(xs.size):
-            q = np.float64(xs[i]) * scale64
-            low = np.floor(q)
-            q = min(max(low + np.float64(np.float64(uniform(key, b * 32 + i)) < q - low), -127.0), 127.0)
-            out[i] = np.uint8(I32(0 if nonfinite else I32(q)) & I32(0xFF))
-
-
 @njit(**INLINE)
 def _put6(packed, g, c0, c1, c2, c3):
     """Four 6-bit codes, little-endian, into bytes 3g .. 3g + 2."""
@@ -202,13 +185,11 @@ def mx_encode(x, scales, packed, bits, emax, is_int, mbits, bias, max_code, stoc
     block holding NaN or Inf, whose codes are 0), then each element's code of x * 2**-s, packed. ``top``:
     the element type's largest magnitude (float32; unused for int8)."""
     constants = rounding.py_func(mbits, bias)  # NumPy scalars: the types the kernels are compiled for
+    key = key if stochastic else None
     if is_int:
-        if stochastic:
-            _mx_stochastic_int8(x, scales, packed, emax, key)
-        else:
-            _mx_nearest_int8(x, scales, packed, emax)
+        _mx_int8(x, scales, packed, emax, key)
     else:
-        _MX_FLOAT[bits](x, scales, packed, emax, constants, max_code, key if stochastic else None, top)
+        _MX_FLOAT[bits](x, scales, packed, emax, constants, max_code, key, top)
 
 
 # mx_encode's float element types, one kernel per element width (the width's shifts and packing are
@@ -265,18 +246,29 @@ _MX_FLOAT = {8: _mx_float8, 6: _mx_float6, 4: _mx_float4}
 
 
 @njit(**JIT)
-def _mx_nearest_int8(x, scales, packed, emax):
-    """MXINT8's codes: rint(x * 2**(6 - s)) clamped to +-127. In float32 this is the float64
-    reference's value: times a power of two is exact (a product small enough to lose bits rounds
-    to 0 either way), and rint rounds half to even as np.rint. Not x * 2**(6 - s) in one product:
-    2**133 (s = -127) overflows float32."""
+def _mx_int8(x, scales, packed, emax, key):
+    """MXINT8's codes, two's complement of x * 2**(6 - s) rounded and clamped to +-127: to nearest
+    (``key`` None, compiled on its own as the float kernels' nearest path), or stochastically."""
     for b in range(scales.size):
         xs, out = x[b * 32:b * 32 + 32], packed[b * 32:b * 32 + 32]
         scales[b], scale = _block_scale(xs, emax)
         nonfinite = scale != scale  # the block's NaN scale: its codes are 0
         for i in range(xs.size):
-            q = min(max(np.rint(xs[i] * scale * F32(64.0)), F32(-127.0)), F32(127.0))
-            out[i] = np.uint8(I32(0 if nonfinite else I32(q)) & I32(0xFF))
+            out[i] = np.uint8(I32(0 if nonfinite else _int8_code(xs[i], scale, key, b * 32 + i)) & I32(0xFF))
+
+
+@njit(**INLINE)
+def _int8_code(x, scale, key, index):
+    """To nearest in float32, which gives the float64 reference's value: times a power of two is
+    exact (a product small enough to lose bits rounds to 0 either way), and rint rounds half to even
+    as np.rint; (x * 2**-s) * 64, as 2**133 (s = -127) overflows float32. Stochastically, floor(q) +
+    (u < q - floor(q)) in float64, where q and q - floor(q) are the reference's (an exact product,
+    the same rounding of the difference): in float32, q - floor(q) is not exact for -1 < q < 0."""
+    if key is None:
+        return I32(min(max(np.rint(x * scale * F32(64.0)), F32(-127.0)), F32(127.0)))
+    q = np.float64(x) * (np.float64(scale) * 64.0)  # exact: 2**(6 - s) <= 2**133
+    low = np.floor(q)
+    return I32(min(max(low + np.float64(np.float64(uniform(key, index)) < q - low), -127.0), 127.0))
 
 
 @njit(**INLINE)
