@@ -1,28 +1,53 @@
-"""Everything the CUDA kernels need checked on a GPU machine, in one command without Ray:
+"""Everything the GPU path needs checked on a GPU machine, in one command without Ray:
 
-    python benchmarks/gpu_check.py OUTDIR [--steps compile,tests,sanitizer,world,bench]
+    python benchmarks/gpu_check.py OUTDIR [--steps compile,tests,world,ranks,training,sanitizer] [--budget-s 480]
 
-compile: every compressors/cuda program through CuPy (NVRTC); tests: tests/compressors/cuda/test_cuda_gpu.py
-(the kernels against Numba, fresh random inputs up to 2**26 elements); sanitizer: the same tests
-under compute-sanitizer memcheck (inputs up to 2**17: memcheck is slow); world: a one-GPU NCCL
-world under torchrun (benchmarks/cuda_world.py); bench: benchmarks/cuda_bench.py. Writes
-OUTDIR/log.txt (every step's output), OUTDIR/world.json, OUTDIR/bench.json and OUTDIR/gpu_check.json
-(the summary), and prints a short table last. Exits 1 if a step failed.
+compile: every compressors/cuda program through CuPy (NVRTC). tests: the gpu-marked tests (the
+kernels against Numba on fresh random inputs up to 2**26 elements, adversarial values, poisoned
+buffers, mutated payloads, a side stream; the training loop's CUDA events). world: a one-GPU
+NCCL world under torchrun (benchmarks/cuda_world.py: every compressor x algorithm against the
+Numba Reducer over gloo, overlapped against blocking hooks on an MLP and ResNet-20). ranks: 2 and
+4 ranks sharing the GPU over gloo with CUDA tensors (the collectives only). training: the training
+loop under torchrun with ``use_gpu`` on the built-in MNIST, one worker, for the quickstart's methods
+and powersgd, with the GPU's account of each step beside the CPU's. sanitizer: the payload tests
+(inputs up to 2**17) under compute-sanitizer memcheck, then racecheck. bench (not in the default
+steps): benchmarks/cuda_bench.py.
+
+``--cpu`` is a dry run on a machine without a GPU: world, ranks and training on CPU tensors over
+gloo (compile, tests and sanitizer need a GPU), to try the script before spending GPU time.
+
+The steps run in that order inside ``--budget-s`` seconds in all: a step gets what is left of it,
+up to its own cap, and one cut short is recorded as "timeout". OUTDIR gets log.txt (every step's
+output), check.json (the record, rewritten after every step, so a run stopped from outside leaves
+what it finished), world.json, ranks.json, training.json and bench.json; a short table is printed
+last. Exits 1 if a step failed.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("compile", "tests", "sanitizer", "world", "bench")
+STEPS = ("compile", "tests", "world", "ranks", "training", "sanitizer", "bench")
+DEFAULT_STEPS = STEPS[:-1]
+CPU_STEPS = ("world", "ranks", "training")  # what a dry run without a GPU can run
+GPU_TESTS = ["tests/compressors/cuda/test_cuda_gpu.py", "tests/orchestrator/study/test_cuda_events.py"]
+RANKS = (2, 4)
+# The quickstart's workload (sweeps/quickstart.yaml) and methods, and PowerSGD.
+TRAINING = ["--dataset", "mnist", "--model", "mlp", "--width", "256", "--depth", "2", "--epochs", "1",
+            "--batch_size", "64", "--optimizer", "sgd", "--lr", "0.05", "--max_steps_per_epoch", "50"]
+METHODS = [("fp32", None), ("fp16", None), ("dynamic8", None), ("qsgd", "{bits: 4}"), ("onebit", None),
+           ("adaptive", "{pi: 0.05}"), ("powersgd", None)]
 
 
 def _pythonpath() -> str:
@@ -30,77 +55,188 @@ def _pythonpath() -> str:
     return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 
-def _run(name: str, command: list[str], log, timeout: int, env: dict | None = None) -> dict:
-    log.write(f"\n===== {name}: {' '.join(command)}\n")
-    log.flush()
-    start = time.time()
+class Runner:
+    """Runs the steps' commands inside one time budget, logging their output."""
+
+    def __init__(self, log, budget_s: float) -> None:
+        self.log = log
+        self.deadline = time.monotonic() + budget_s
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def run(self, name: str, command: list[str], cap_s: float, env: dict | None = None) -> dict:
+        """Run ``command`` for at most ``cap_s`` seconds and what is left of the budget."""
+        timeout = min(cap_s, self.left())
+        self.log.write(f"\n===== {name}: {' '.join(command)}  (at most {timeout:.0f} s)\n")
+        self.log.flush()
+        start = time.monotonic()
+        if timeout < 5:
+            output, code = "no time left in the budget\n", "skipped"
+        else:
+            try:
+                result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                                              "PYTHONPATH": _pythonpath(), **(env or {})})
+                output, code = result.stdout, result.returncode
+            except subprocess.TimeoutExpired as err:
+                out = err.stdout or ""
+                output, code = (out.decode(errors="replace") if isinstance(out, bytes) else out), "timeout"
+        self.log.write(output)
+        self.log.flush()
+        tail = [line for line in output.strip().splitlines() if line.strip(" =-")][-1:] or [""]
+        return {"step": name, "ok": code == 0, "exit": code, "seconds": round(time.monotonic() - start, 1),
+                "last_line": tail[0], "output": output}
+
+
+def pytest_counts(output: str) -> tuple[int, int]:
+    """(passed, failed + errors) from pytest's last summary line."""
+    lines = [line for line in output.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
+    last = lines[-1] if lines else ""
+    count = lambda word: sum(int(n) for n in re.findall(rf"(\d+) {word}", last))  # noqa: E731
+    return count("passed"), count("failed") + count("error")
+
+
+def sanitizer_errors(output: str) -> int | None:
+    """compute-sanitizer's errors over every process it watched; None if no process's summary was printed."""
+    found = re.findall(r"ERROR SUMMARY: (\d+) error", output)
+    return sum(int(n) for n in found) if found else None
+
+
+def _json(path: Path) -> dict | None:
     try:
-        result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath(),
-                                                      **(env or {})})
-        output, code = result.stdout, result.returncode
-    except subprocess.TimeoutExpired as err:
-        output, code = (err.stdout or b"").decode() if isinstance(err.stdout, bytes) else (err.stdout or ""), "timeout"
-    log.write(output)
-    log.flush()
-    tail = [line for line in output.strip().splitlines() if line.strip(" =-")][-1:] or [""]
-    return {"step": name, "ok": code == 0, "exit": code, "seconds": round(time.time() - start, 1), "last_line": tail[0]}
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def _and(before: bool | None, now: bool) -> bool:
+    """A verdict over several steps: the first one's, then all of them."""
+    return now if before is None else before and now
+
+
+def _torchrun(nproc: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("outdir", type=Path)
-    parser.add_argument("--steps", default=",".join(STEPS), help=f"comma separated, of {', '.join(STEPS)}")
+    parser.add_argument("--steps", default=None,
+                        help=f"comma separated, of {', '.join(STEPS)}; default: {','.join(DEFAULT_STEPS)} "
+                             f"({','.join(CPU_STEPS)} with --cpu)")
+    parser.add_argument("--budget-s", type=float, default=480, help="seconds for all the steps together")
     parser.add_argument("--bench-max-log2", type=int, default=28)
+    parser.add_argument("--cpu", action="store_true", help="a dry run: world, ranks and training on CPU tensors")
     args = parser.parse_args()
+    args.steps = args.steps or ",".join(CPU_STEPS if args.cpu else DEFAULT_STEPS)
     steps = args.steps.split(",")
-    if any(s not in STEPS for s in steps):
-        parser.error(f"--steps: a comma separated subset of {', '.join(STEPS)}")
+    valid = CPU_STEPS if args.cpu else STEPS
+    if any(s not in valid for s in steps):
+        parser.error(f"--steps: a comma separated subset of {', '.join(valid)}" + (" with --cpu" if args.cpu else ""))
+    if not args.budget_s > 0:
+        parser.error(f"--budget-s: a number of seconds > 0, got {args.budget_s}")
     args.outdir.mkdir(parents=True, exist_ok=True)
+    out = args.outdir
     py = sys.executable
-    summary = {"python": platform.python_version(), "steps": []}
-    with open(args.outdir / "log.txt", "w") as log:
-        facts = _run("facts", [py, "-c", "import torch, cupy; print(torch.__version__, torch.cuda.get_device_name(), "
-                               "'cupy', cupy.__version__, 'cuda runtime', cupy.cuda.runtime.runtimeGetVersion())"],
-                     log, 120)
-        summary["facts"] = facts["last_line"]
+    record: dict = {"device": None, "date": datetime.date.today().isoformat(),
+                    "command": f"python benchmarks/gpu_check.py OUTDIR --steps {args.steps} --budget-s {args.budget_s:g}"
+                               + (" --cpu" if args.cpu else ""),
+                    "python": platform.python_version(), "facts": None,
+                    "tests_passed": None, "tests_failed": None, "sanitizer_errors": None,
+                    "world_ok": None, "training_ok": None, "steps": []}
+
+    def done(step: dict, **facts) -> None:
+        record["steps"].append({k: v for k, v in step.items() if k != "output"})
+        record.update(facts)
+        _write(out / "check.json", record)
+
+    with open(out / "log.txt", "w") as log, tempfile.TemporaryDirectory() as scratch:
+        runner = Runner(log, args.budget_s)
+        facts = runner.run("facts", [py, "-c", (
+            "import platform, torch, numba; print(platform.processor() or platform.machine()); "
+            "print('torch', torch.__version__, 'numba', numba.__version__)") if args.cpu else (
+            "import torch, cupy, numba; print(torch.cuda.get_device_name()); print('torch', torch.__version__, "
+            "'cupy', cupy.__version__, 'numba', numba.__version__, 'cuda runtime', cupy.cuda.runtime.runtimeGetVersion())")],
+            120)
+        cpu = ["--device", "cpu"] if args.cpu else []
+        lines = facts["output"].strip().splitlines()
+        done(facts, device=lines[-2] if facts["ok"] and len(lines) >= 2 else None,
+             facts=facts["last_line"])
         if "compile" in steps:
-            summary["steps"].append(_run("compile", [py, "-c", (
+            done(runner.run("compile", [py, "-c", (
                 "import time; from compressors.cuda import build, launch\n"
                 "for m in build.methods():\n"
                 "    t = time.time(); fns = launch._compiled(m, 0)\n"
-                "    print(f'{m}: {len(fns)} kernels compiled in {time.time() - t:.1f} s')\n"
-                "print('compiled', len(build.methods()), 'programs')")], log, 600))
+                "    print(f'{m}: {len(fns)} kernels compiled in {time.time() - t:.1f} s', flush=True)\n"
+                "print('compiled', len(build.methods()), 'programs')")], 300))
         if "tests" in steps:
-            summary["steps"].append(_run("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-                                                   "tests/compressors/cuda/test_cuda_gpu.py"], log, 1800))
+            step = runner.run("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", *GPU_TESTS], 300)
+            counts = pytest_counts(step["output"]) if step["exit"] != "timeout" else (None, None)
+            done(step, tests_passed=counts[0], tests_failed=counts[1])
+        if "world" in steps:
+            step = runner.run("world", [*_torchrun(1), "benchmarks/cuda_world.py", "--out", str(out / "world.json"),
+                                        *(["--backend", "gloo", *cpu] if args.cpu else [])], 240)
+            done(step, world_ok=_and(record["world_ok"], step["ok"]))
+        if "ranks" in steps:
+            worlds = {}
+            for n in RANKS:
+                path = Path(scratch) / f"ranks{n}.json"
+                step = runner.run(f"ranks{n}", [*_torchrun(n), "benchmarks/cuda_world.py", "--backend", "gloo",
+                                                "--parts", "collectives", "--out", str(path), *cpu], 180)
+                worlds[str(n)] = _json(path)
+                _write(out / "ranks.json", worlds)
+                done(step, world_ok=_and(record["world_ok"], step["ok"]))
+        if "training" in steps:
+            runs, ok = [], True
+            for method, params in METHODS:
+                path = Path(scratch) / f"train_{method}.json"
+                command = [*_torchrun(1), "-m", "orchestrator.study.train_loop", *TRAINING,
+                           "--use_gpu", str(not args.cpu).lower(), "--compressor", method,
+                           *(["--compressor_params", params] if params else []), "--json", str(path)]
+                step = runner.run(f"training {method}", command, 120)
+                result = _json(path) or {}
+                final = result.get("final", {})
+                runs.append({"compressor": method, "params": params, "status": result.get("status"),
+                             "test_accuracy": final.get("test_accuracy"),
+                             **{k: final.get(k) for k in ("step_time_s", "compute_s", "exposed_comm_s",
+                                                          "encode_s", "comm_s", "decode_s")},
+                             "cuda_events": result.get("cuda_events")})
+                ok = ok and step["ok"] and result.get("status") == "ok" and \
+                    (args.cpu or result.get("cuda_events") is not None)
+                _write(out / "training.json", {"workload": TRAINING, "runs": runs})
+                done(step, training_ok=ok)
         if "sanitizer" in steps:
             sanitizer = shutil.which("compute-sanitizer") or "compute-sanitizer"
-            summary["steps"].append(_run("sanitizer", [sanitizer, "--tool", "memcheck", "--error-exitcode", "3",
-                                                       "--target-processes", "all", py, "-m", "pytest", "-q", "-x",
-                                                       "-p", "no:cacheprovider", "-m", "gpu", "tests/compressors/cuda/test_cuda_gpu.py",
-                                                       "-k", "same_payloads"],
-                                         log, 1800, env={"LOWPREC_GPU_MAX_NUMEL": str(2 ** 17)}))
-        if "world" in steps:
-            summary["steps"].append(_run("world", [py, "-m", "torch.distributed.run", "--nproc_per_node=1",
-                                                   "benchmarks/cuda_world.py", "--out", str(args.outdir / "world.json")],
-                                         log, 900))
+            errors: int | None = 0
+            for tool in ("memcheck", "racecheck"):
+                step = runner.run(f"sanitizer {tool}", [
+                    sanitizer, "--tool", tool, "--error-exitcode", "3", "--target-processes", "all",
+                    py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "gpu", GPU_TESTS[0],
+                    "-k", "same_payloads"], 600, env={"LOWPREC_GPU_MAX_NUMEL": str(2 ** 17)})
+                found = sanitizer_errors(step["output"]) if step["exit"] != "timeout" else None
+                errors = None if errors is None or found is None else errors + found
+                done(step, sanitizer_errors=errors)
         if "bench" in steps:
-            summary["steps"].append(_run("bench", [py, "benchmarks/cuda_bench.py", "--out",
-                                                   str(args.outdir / "bench.json"),
-                                                   "--max-log2", str(args.bench_max_log2)], log, 1800))
-    (args.outdir / "gpu_check.json").write_text(json.dumps(summary, indent=1))
-    bench = args.outdir / "bench.json"
-    if "bench" in steps and bench.exists():
-        table = json.loads(bench.read_text())
-        print(f"copy {table['copy_gbps']:.0f} GB/s; at 2**24: " + ", ".join(
+            done(runner.run("bench", [py, "benchmarks/cuda_bench.py", "--out", str(out / "bench.json"),
+                                      "--max-log2", str(args.bench_max_log2)], 600))
+    bench = _json(out / "bench.json")
+    if "bench" in steps and bench:
+        print(f"copy {bench['copy_gbps']:.0f} GB/s; at 2**24: " + ", ".join(
             f"{t['compressor']} enc {t['encode_of_copy']:.2f} dec {t['decode_of_copy']:.2f}"
-            for t in table["table"] if t["numel"] == 2 ** 24))
-    print(summary["facts"])
-    print(f"{'step':10} {'ok':4} {'seconds':>8}  last line")
-    for s in summary["steps"]:
-        print(f"{s['step']:10} {'yes' if s['ok'] else 'NO':4} {s['seconds']:8.1f}  {s['last_line'][:90]}")
-    raise SystemExit(0 if all(s["ok"] for s in summary["steps"]) else 1)
+            for t in bench["table"] if t["numel"] == 2 ** 24))
+    print(record["device"], "|", record["facts"])
+    print(f"{'step':20} {'ok':4} {'seconds':>8}  last line")
+    for s in record["steps"]:
+        print(f"{s['step']:20} {'yes' if s['ok'] else 'NO':4} {s['seconds']:8.1f}  {s['last_line'][:90]}")
+    print({k: record[k] for k in ("tests_passed", "tests_failed", "sanitizer_errors", "world_ok", "training_ok")})
+    raise SystemExit(0 if all(s["ok"] for s in record["steps"]) else 1)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from compressors.comm.topology import Topology, discover
 from compressors.ddp.step_clock import StepClock
 
 from . import columns, env_info, settings, stability
+from .cuda_events import EventClock
 
 Report = Callable[[dict[str, Any]], None]
 EVAL_BATCH = 1000  # samples per forward pass when evaluating an in-memory classification split
@@ -243,6 +244,7 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
     params = list(model.module.parameters())
     grad_numel = sum(p.numel() for p in params)
     clock = StepClock(model.module)
+    events = EventClock(device)
     if _plain_ddp(config):
         plain = _PlainDDP(grad_numel, world)
         warm = main = plain
@@ -279,16 +281,21 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
                 torch.cuda.synchronize()
             start = time.perf_counter()
             clock.start()
+            events.mark(start)
             loss = _loss(model(x), y)
             if config["force_nan_at_step"] == global_step:
                 loss = loss * math.nan
             optimizer.zero_grad(set_to_none=False)
             loss.backward()
-            exposed.append(clock.exposed_s(time.perf_counter()))
+            backward_end = time.perf_counter()
+            exposed.append(clock.exposed_s(backward_end))
+            events.mark(backward_end)
             optimizer.step()
+            events.mark(time.perf_counter())
             if device.type == "cuda":
                 torch.cuda.synchronize()
             step_times.append(time.perf_counter() - start)
+            events.end_step(step_times[-1])
             if plain is not None:
                 plain.end_step()
             loss_sum += float(loss.detach()) * y.numel()
@@ -352,7 +359,7 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
         if status == "diverged":
             break
     return {"status": status, "reason": reason, "model_summary": summary, "sources": sources,
-            "final": history[-1] if history else {}, "history": history}
+            "final": history[-1] if history else {}, "history": history, "cuda_events": events.summary()}
 
 
 def _flag_type(key: str) -> Callable[[str], Any]:
@@ -424,6 +431,11 @@ def main(argv: list[str] | None = None) -> None:
         s = result["model_summary"]
         print(f"model: {s['parameters']:,} parameters, {s['grad_bytes_fp32']:,} gradient bytes in fp32, "
               f"{s['compressible_share']:.1%} of them in tensors of >= min_compress_numel elements")
+        events = result["cuda_events"]
+        if events is not None:
+            print(f"on the GPU's clock (CUDA events, medians of {events['steps']} steps): backward done "
+                  f"{events['backward_gpu_lag_s'] * 1e3:+.2f} ms after backward() returned; optimizer done at "
+                  f"{events['optimizer_gpu_s'] * 1e3:.2f} ms, the step's CPU time {events['step_cpu_s'] * 1e3:.2f} ms")
         print(f"status: {result['status']}" + (f" ({result['reason']})" if result["reason"] else ""))
         if args["json"]:
             with open(args["json"], "w") as f:
