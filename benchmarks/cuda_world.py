@@ -2,25 +2,30 @@
 
     torchrun --nproc_per_node=N benchmarks/cuda_world.py --out PATH [--backend nccl|gloo] [--parts collectives,hooks]
 
-One GPU: NCCL refuses two ranks on one device, so a one-rank NCCL world checks the NCCL path, and
-2 or 4 ranks sharing the GPU over gloo (``--backend gloo``) run the kernels inside multi-rank sra,
-allgather and hierarchical. ``--device cpu`` runs the same checks on CPU tensors (a dry run of
-this script on a machine without a GPU).
+One GPU: NCCL refuses two ranks on one device, so a one-rank NCCL world checks DDP and PyTorch's
+hooks over NCCL and the kernels on CUDA tensors (a Reducer of one rank starts no collective), and 2
+or 4 ranks sharing the GPU over gloo (``--backend gloo``) run the kernels inside multi-rank sra,
+allgather and hierarchical (gloo stages CUDA tensors through host memory). ``--device cpu`` runs the
+same checks on CPU tensors (a dry run of this script on a machine without a GPU).
 
 - collectives: a Reducer per (compressor, algorithm) with ``impl="auto"`` (the CUDA kernels on CUDA
   tensors) averages a list of tensors, different on every rank; the same Reducer with
   ``impl="numba"`` over a second gloo group averages CPU copies. Where the codec has kernels the two
   must agree bit for bit (NaN bits aside); the casts' native all_reduce may sum in another order
-  per backend, so there they must agree to 1e-3 (fp16's rounding).
+  on CUDA tensors, so there they must agree to 1e-3.
 - hooks: 30 SGD steps of a 3-layer MLP and of ResNet-20 (a fixed batch per rank, so the loss can
   fall in 30 steps) under DDP with every compressor's hook, once overlapped and once blocking:
-  the parameters must be identical bit for bit, every loss finite and the last below the first.
+  the parameters must be identical bit for bit, every loss finite and the last below the first
+  (cuDNN's deterministic algorithms: its fastest may sum in another order each run).
 
-Rank 0 writes the results as JSON (--out, through a temporary file) and the world exits 1 if any failed.
+Rank 0 rewrites the JSON after every check. With several ranks, a check that raises on one ends the
+world (torchrun stops the rest): the ranks' collectives would no longer pair up. Collectives wait at
+most two minutes. The world exits 1 if any check failed on any rank.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -74,6 +79,12 @@ def _collectives(name: str, algorithm: str, device: torch.device, cpu_group: dis
         row["max_abs_diff_from_cpu"] = worst
         row["ok"] = row["finite"] and worst <= 1e-3
     return row
+
+
+def _write(path: str, rows: dict) -> None:
+    with open(f"{path}.tmp", "w") as f:
+        json.dump(rows, f, indent=1)
+    os.replace(f"{path}.tmp", path)
 
 
 def _model(kind: str, device: torch.device) -> torch.nn.Module:
@@ -131,13 +142,6 @@ def _hooks(name: str, kind: str, steps: int, device: torch.device, rank: int) ->
     return row
 
 
-def _guarded(fn, *args, **label) -> dict:
-    try:
-        return fn(*args)
-    except Exception:
-        return {**label, "ok": False, "error": traceback.format_exc()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="JSON file to write (rank 0)")
@@ -150,41 +154,51 @@ def main() -> None:
     parts, names = args.parts.split(","), args.compressors.split(",")
     if any(p not in PARTS for p in parts) or any(n not in compressors.NAMES for n in names):
         parser.error(f"--parts of {', '.join(PARTS)}; --compressors of {', '.join(compressors.NAMES)}")
+    if args.device == "cpu" and args.backend == "nccl":
+        parser.error("--device cpu runs over gloo: add --backend gloo")
     if args.device == "cuda":
         device = torch.device("cuda", 0 if args.backend == "gloo" else int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     else:
         device = torch.device("cpu")
-    dist.init_process_group(args.backend, **({"device_id": device} if args.backend == "nccl" else {}))
+    wait = datetime.timedelta(minutes=2)
+    dist.init_process_group(args.backend, timeout=wait, **({"device_id": device} if args.backend == "nccl" else {}))
     rank, world = dist.get_rank(), dist.get_world_size()
-    cpu_group = dist.new_group(backend="gloo")
+    cpu_group = dist.new_group(backend="gloo", timeout=wait)
     rows: dict = {"backend": args.backend, "device": str(device), "world": world, "collectives": [], "hooks": []}
+    checks = []  # (part, label, check)
     for name in names:
         if "collectives" in parts and name in compressors.COMPRESSORS:
-            for algorithm in compressors.algorithms(name):
-                row = _guarded(_collectives, name, algorithm, device, cpu_group, rank,
-                               compressor=name, algorithm=algorithm)
-                rows["collectives"].append(row)
-                if rank == 0:
-                    print("collective", name, algorithm, "ok" if row["ok"] else "FAILED", row.get("error", ""),
-                          flush=True)
+            checks += [("collectives", {"compressor": name, "algorithm": algorithm},
+                        lambda n=name, a=algorithm: _collectives(n, a, device, cpu_group, rank))
+                       for algorithm in compressors.algorithms(name)]
         if "hooks" in parts:
-            for kind in ("mlp", "resnet20"):
-                row = _guarded(_hooks, name, kind, args.steps, device, rank, compressor=name, model=kind)
-                rows["hooks"].append(row)
-                if rank == 0:
-                    print("hooks", name, kind, "ok" if row["ok"] else "FAILED",
-                          row.get("error", f"loss {row.get('first_loss', 0):.4f} -> {row.get('last_loss', 0):.4f}, "
-                                           f"{row.get('params_differing')} parameters differ"), flush=True)
+            checks += [("hooks", {"compressor": name, "model": kind},
+                        lambda n=name, k=kind: _hooks(n, k, args.steps, device, rank)) for kind in ("mlp", "resnet20")]
+    for part, label, check in checks:
+        try:
+            row = check()
+        except Exception:
+            row = {**label, "ok": False, "error": traceback.format_exc()}
+        rows[part].append(row)
+        if rank == 0 or "error" in row:
+            print(f"[rank {rank}]", part, *label.values(), "ok" if row["ok"] else "FAILED",
+                  row.get("error", "") if part == "collectives" else row.get(
+                      "error", f"loss {row.get('first_loss', 0):.4f} -> {row.get('last_loss', 0):.4f}, "
+                               f"{row.get('params_differing')} parameters differ"), flush=True)
+        if rank == 0:
+            _write(args.out, rows)
+        if "error" in row and world > 1:
+            # The other ranks may wait inside this check's collectives, or pair its next ones with them:
+            # end the world (torchrun stops every rank) and keep what rank 0 wrote.
+            os._exit(1)
     # Every rank's verdict: a rank whose results differ from rank 0's fails the world too.
     failed = torch.tensor([sum(not r["ok"] for r in rows["collectives"] + rows["hooks"])], dtype=torch.int64)
     dist.all_reduce(failed, group=cpu_group)
     rows["failed_on_any_rank"] = int(failed)
     if rank == 0:
-        tmp = f"{args.out}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(rows, f, indent=1)
-        os.replace(tmp, args.out)
+        _write(args.out, rows)
     dist.destroy_process_group()
     raise SystemExit(1 if int(failed) else 0)
 

@@ -17,7 +17,7 @@ steps): benchmarks/cuda_bench.py.
 gloo (compile, tests and sanitizer need a GPU), to try the script before spending GPU time.
 
 The steps run in that order inside ``--budget-s`` seconds in all: a step gets what is left of it,
-up to its own cap, and one cut short is recorded as "timeout". OUTDIR gets log.txt (every step's
+up to its own cap; one cut short is recorded as "timeout", one left no time as "skipped". OUTDIR gets log.txt (every step's
 output), check.json (the record, rewritten after every step, so a run stopped from outside leaves
 what it finished), world.json, ranks.json, training.json and bench.json; a short table is printed
 last. Exits 1 if a step failed.
@@ -31,6 +31,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,50 +57,76 @@ def _pythonpath() -> str:
 
 
 class Runner:
-    """Runs the steps' commands inside one time budget, logging their output."""
+    """Runs the steps' commands inside one time budget, their output going straight to the log."""
 
-    def __init__(self, log, budget_s: float) -> None:
-        self.log = log
+    def __init__(self, log_path: Path, budget_s: float) -> None:
+        self.log_path = log_path
         self.deadline = time.monotonic() + budget_s
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
     def run(self, name: str, command: list[str], cap_s: float, env: dict | None = None) -> dict:
-        """Run ``command`` for at most ``cap_s`` seconds and what is left of the budget."""
+        """Run ``command`` for at most ``cap_s`` seconds and what is left of the budget. A command cut
+        short gets SIGTERM, then SIGKILL, in its own process group: torchrun's workers and a sanitized
+        process end with it rather than run on into the next step."""
         timeout = min(cap_s, self.left())
-        self.log.write(f"\n===== {name}: {' '.join(command)}  (at most {timeout:.0f} s)\n")
-        self.log.flush()
-        start = time.monotonic()
-        if timeout < 5:
-            output, code = "no time left in the budget\n", "skipped"
-        else:
-            try:
-                result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                                              "PYTHONPATH": _pythonpath(), **(env or {})})
-                output, code = result.stdout, result.returncode
-            except subprocess.TimeoutExpired as err:
-                out = err.stdout or ""
-                output, code = (out.decode(errors="replace") if isinstance(out, bytes) else out), "timeout"
-        self.log.write(output)
-        self.log.flush()
+        with open(self.log_path, "a") as log:
+            log.write(f"\n===== {name}: {' '.join(command)}  (at most {timeout:.0f} s)\n")
+            log.flush()
+            begin = log.tell()
+            start = time.monotonic()
+            if timeout < 5:
+                log.write("no time left in the budget\n")
+                code = "skipped"
+            else:
+                child = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath(),
+                                              **(env or {})})
+                try:
+                    code = child.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    code = "timeout"
+                    _end(child)
+        with open(self.log_path, "rb") as log:
+            log.seek(begin)
+            output = log.read().decode(errors="replace")
         tail = [line for line in output.strip().splitlines() if line.strip(" =-")][-1:] or [""]
         return {"step": name, "ok": code == 0, "exit": code, "seconds": round(time.monotonic() - start, 1),
                 "last_line": tail[0], "output": output}
 
 
-def pytest_counts(output: str) -> tuple[int, int]:
-    """(passed, failed + errors) from pytest's last summary line."""
-    lines = [line for line in output.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
+def _end(child: subprocess.Popen) -> None:
+    """End the process group this script started for ``child``: SIGTERM first (torchrun ends its workers,
+    which run in sessions of their own, on it), then SIGKILL for whatever of the group is left."""
+    for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:  # the group is gone
+            break
+        try:
+            child.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def pytest_counts(output: str) -> dict[str, int]:
+    """passed, failed (errors too) and skipped from pytest's last summary line."""
+    lines = [line for line in output.splitlines() if re.search(r"\d+ (passed|failed|error|skipped|deselected)", line)]
     last = lines[-1] if lines else ""
     count = lambda word: sum(int(n) for n in re.findall(rf"(\d+) {word}", last))  # noqa: E731
-    return count("passed"), count("failed") + count("error")
+    return {"passed": count("passed"), "failed": count("failed") + count("error"), "skipped": count("skipped")}
 
 
-def sanitizer_errors(output: str) -> int | None:
-    """compute-sanitizer's errors over every process it watched; None if no process's summary was printed."""
-    found = re.findall(r"ERROR SUMMARY: (\d+) error", output)
+def sanitizer_errors(tool: str, output: str) -> int | None:
+    """compute-sanitizer's errors over every process it watched; None if no process's summary was printed.
+    racecheck counts hazards in its own summary line ("RACECHECK SUMMARY: N hazards displayed (E errors,
+    W warnings)"): its errors are taken from there where it printed one."""
+    if tool == "racecheck":
+        found = re.findall(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?", output)
+        if found:
+            return sum(int(n) for n in found)
+    found = re.findall(r"ERROR SUMMARY: (\d+) errors?", output)
     return sum(int(n) for n in found) if found else None
 
 
@@ -114,6 +141,14 @@ def _write(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
+
+
+def _all_ran(step: dict) -> dict:
+    """A pytest step with its counts (None where it did not finish); ok only if tests ran and none was
+    skipped (a module skipped for want of CUDA or CuPy passes with nothing tested)."""
+    finished = isinstance(step["exit"], int)
+    counts = pytest_counts(step["output"]) if finished else {"passed": None, "failed": None, "skipped": None}
+    return {**step, **counts, "ok": step["ok"] and bool(counts["passed"]) and counts["skipped"] == 0}
 
 
 def _and(before: bool | None, now: bool) -> bool:
@@ -157,18 +192,19 @@ def main() -> None:
         record.update(facts)
         _write(out / "check.json", record)
 
-    with open(out / "log.txt", "w") as log, tempfile.TemporaryDirectory() as scratch:
-        runner = Runner(log, args.budget_s)
+    (out / "log.txt").write_text("")
+    with tempfile.TemporaryDirectory() as scratch:
+        runner = Runner(out / "log.txt", args.budget_s)
+        # Every package a later step imports, so that a missing one shows here first.
         facts = runner.run("facts", [py, "-c", (
-            "import platform, torch, numba; print(platform.processor() or platform.machine()); "
+            "import platform, torch, numba, yaml, pandas, pytest; print('device:', platform.machine()); "
             "print('torch', torch.__version__, 'numba', numba.__version__)") if args.cpu else (
-            "import torch, cupy, numba; print(torch.cuda.get_device_name()); print('torch', torch.__version__, "
-            "'cupy', cupy.__version__, 'numba', numba.__version__, 'cuda runtime', cupy.cuda.runtime.runtimeGetVersion())")],
-            120)
+            "import torch, cupy, numba, yaml, pandas, pytest; print('device:', torch.cuda.get_device_name()); "
+            "print('torch', torch.__version__, 'cupy', cupy.__version__, 'numba', numba.__version__, "
+            "'cuda runtime', cupy.cuda.runtime.runtimeGetVersion())")], 120)
         cpu = ["--device", "cpu"] if args.cpu else []
-        lines = facts["output"].strip().splitlines()
-        done(facts, device=lines[-2] if facts["ok"] and len(lines) >= 2 else None,
-             facts=facts["last_line"])
+        named = [line.removeprefix("device: ") for line in facts["output"].splitlines() if line.startswith("device: ")]
+        done(facts, device=named[-1] if facts["ok"] and named else None, facts=facts["last_line"])
         if "compile" in steps:
             done(runner.run("compile", [py, "-c", (
                 "import time; from compressors.cuda import build, launch\n"
@@ -177,9 +213,9 @@ def main() -> None:
                 "    print(f'{m}: {len(fns)} kernels compiled in {time.time() - t:.1f} s', flush=True)\n"
                 "print('compiled', len(build.methods()), 'programs')")], 300))
         if "tests" in steps:
-            step = runner.run("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", *GPU_TESTS], 300)
-            counts = pytest_counts(step["output"]) if step["exit"] != "timeout" else (None, None)
-            done(step, tests_passed=counts[0], tests_failed=counts[1])
+            step = _all_ran(runner.run("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
+                                                 *GPU_TESTS], 300))
+            done(step, tests_passed=step["passed"], tests_failed=step["failed"])
         if "world" in steps:
             step = runner.run("world", [*_torchrun(1), "benchmarks/cuda_world.py", "--out", str(out / "world.json"),
                                         *(["--backend", "gloo", *cpu] if args.cpu else [])], 240)
@@ -216,11 +252,14 @@ def main() -> None:
             sanitizer = shutil.which("compute-sanitizer") or "compute-sanitizer"
             errors: int | None = 0
             for tool in ("memcheck", "racecheck"):
-                step = runner.run(f"sanitizer {tool}", [
+                # Without torch's caching allocator: memcheck cannot see past the end of a tensor inside a
+                # cached block.
+                step = _all_ran(runner.run(f"sanitizer {tool}", [
                     sanitizer, "--tool", tool, "--error-exitcode", "3", "--target-processes", "all",
                     py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "gpu", GPU_TESTS[0],
-                    "-k", "same_payloads"], 600, env={"LOWPREC_GPU_MAX_NUMEL": str(2 ** 17)})
-                found = sanitizer_errors(step["output"]) if step["exit"] != "timeout" else None
+                    "-k", "same_payloads"], 600,
+                    env={"LOWPREC_GPU_MAX_NUMEL": str(2 ** 17), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}))
+                found = sanitizer_errors(tool, step["output"]) if isinstance(step["exit"], int) else None
                 errors = None if errors is None or found is None else errors + found
                 done(step, sanitizer_errors=errors)
         if "bench" in steps:

@@ -5,8 +5,8 @@ Fresh random inputs every run (the seed is in a failure's message) of many sizes
 up to ``LOWPREC_GPU_MAX_NUMEL`` (default 2**26; compute-sanitizer runs take less) — and
 the Numba tests' adversarial values (``tests.helpers.kernel_inputs``: zeros, ties, NaN, Inf, denormals); encode's out
 buffer and decode's out poisoned before each run; mutated payloads refused alike; the compiled
-programs' errors name the program. benchmarks/gpu_check.py runs this file, compute-sanitizer over
-it, the one-GPU NCCL world (benchmarks/cuda_world.py) and the benchmark.
+programs' errors name the program. benchmarks/gpu_check.py runs this file, and compute-sanitizer
+over its payload tests, among its steps.
 """
 from __future__ import annotations
 
