@@ -1,6 +1,6 @@
 """Every compressor's collectives and DDP hooks on CUDA tensors, in a world that torchrun makes.
 
-    torchrun --nproc_per_node=N benchmarks/cuda_world.py --out PATH [--backend nccl|gloo] [--parts collectives,hooks]
+    torchrun --nproc_per_node=N -m benchmarks.cuda_world --out PATH [--backend nccl|gloo] [--parts collectives,hooks]
 
 One GPU: NCCL refuses two ranks on one device, so a one-rank NCCL world checks DDP and PyTorch's
 hooks over NCCL and the kernels on CUDA tensors (a Reducer of one rank starts no collective), and 2
@@ -31,6 +31,7 @@ import math
 import os
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -39,6 +40,8 @@ import torch.nn.functional as F
 
 import compressors
 from compressors import ddp
+from orchestrator.study.records import write_atomic
+from tests.helpers import canonical
 from workloads.resnet import build_resnet20
 
 PARTS = ("collectives", "hooks")
@@ -48,9 +51,8 @@ LR = 0.05
 
 
 def _canonical(t: torch.Tensor) -> np.ndarray:
-    bits = t.detach().cpu().reshape(-1).numpy().view(np.uint32).copy()
-    bits[np.isnan(t.detach().cpu().reshape(-1).numpy())] = 0x7FC00000  # NaN payloads aside
-    return bits
+    """The float32 words of ``t``, NaN payloads aside."""
+    return canonical(t.detach().cpu().reshape(-1).numpy())
 
 
 def _collectives(name: str, algorithm: str, device: torch.device, cpu_group: dist.ProcessGroup,
@@ -79,12 +81,6 @@ def _collectives(name: str, algorithm: str, device: torch.device, cpu_group: dis
         row["max_abs_diff_from_cpu"] = worst
         row["ok"] = row["finite"] and worst <= 1e-3
     return row
-
-
-def _write(path: str, rows: dict) -> None:
-    with open(f"{path}.tmp", "w") as f:
-        json.dump(rows, f, indent=1)
-    os.replace(f"{path}.tmp", path)
 
 
 def _model(kind: str, device: torch.device) -> torch.nn.Module:
@@ -188,7 +184,7 @@ def main() -> None:
                       "error", f"loss {row.get('first_loss', 0):.4f} -> {row.get('last_loss', 0):.4f}, "
                                f"{row.get('params_differing')} parameters differ"), flush=True)
         if rank == 0:
-            _write(args.out, rows)
+            write_atomic(Path(args.out), json.dumps(rows, indent=1))
         if "error" in row and world > 1:
             # The other ranks may wait inside this check's collectives, or pair its next ones with them:
             # end the world (torchrun stops every rank) and keep what rank 0 wrote.
@@ -198,7 +194,7 @@ def main() -> None:
     dist.all_reduce(failed, group=cpu_group)
     rows["failed_on_any_rank"] = int(failed)
     if rank == 0:
-        _write(args.out, rows)
+        write_atomic(Path(args.out), json.dumps(rows, indent=1))
     dist.destroy_process_group()
     raise SystemExit(1 if int(failed) else 0)
 

@@ -17,10 +17,10 @@ steps): benchmarks/cuda_bench.py.
 gloo (compile, tests and sanitizer need a GPU), to try the script before spending GPU time.
 
 The steps run in that order inside ``--budget-s`` seconds in all: a step gets what is left of it,
-up to its own cap; one cut short is recorded as "timeout", one left no time as "skipped". OUTDIR gets log.txt (every step's
-output), check.json (the record, rewritten after every step, so a run stopped from outside leaves
-what it finished), world.json, ranks.json, training.json and bench.json; a short table is printed
-last. Exits 1 if a step failed.
+up to its own cap; one cut short is recorded as "timeout", one left no time as "skipped". OUTDIR
+gets log.txt (every step's output), check.json (the record, rewritten after every step, so a run
+stopped from outside leaves what it finished), world.json, ranks.json, training.json and
+bench.json; a short table is printed last. Exits 1 if a step failed.
 """
 from __future__ import annotations
 
@@ -97,8 +97,9 @@ class Runner:
 
 
 def _end(child: subprocess.Popen) -> None:
-    """End the process group this script started for ``child``: SIGTERM first (torchrun ends its workers,
-    which run in sessions of their own, on it), then SIGKILL for whatever of the group is left."""
+    """End the process group this script started for ``child``: SIGTERM first (torchrun's workers are in
+    process groups of their own, and torchrun ends them when it gets SIGTERM), then SIGKILL for whatever
+    of the group is left."""
     for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
         try:
             os.killpg(child.pid, sig)
@@ -138,6 +139,8 @@ def _json(path: Path) -> dict | None:
 
 
 def _write(path: Path, data: dict) -> None:
+    # Not the project's write_atomic: this script imports nothing of the project (it runs uninstalled,
+    # and its first step is to find out whether the packages the project needs are there).
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
@@ -217,14 +220,14 @@ def main() -> None:
                                                  *GPU_TESTS], 300))
             done(step, tests_passed=step["passed"], tests_failed=step["failed"])
         if "world" in steps:
-            step = runner.run("world", [*_torchrun(1), "benchmarks/cuda_world.py", "--out", str(out / "world.json"),
+            step = runner.run("world", [*_torchrun(1), "-m", "benchmarks.cuda_world", "--out", str(out / "world.json"),
                                         *(["--backend", "gloo", *cpu] if args.cpu else [])], 240)
             done(step, world_ok=_and(record["world_ok"], step["ok"]))
         if "ranks" in steps:
             worlds = {}
             for n in RANKS:
                 path = Path(scratch) / f"ranks{n}.json"
-                step = runner.run(f"ranks{n}", [*_torchrun(n), "benchmarks/cuda_world.py", "--backend", "gloo",
+                step = runner.run(f"ranks{n}", [*_torchrun(n), "-m", "benchmarks.cuda_world", "--backend", "gloo",
                                                 "--parts", "collectives", "--out", str(path), *cpu], 180)
                 worlds[str(n)] = _json(path)
                 _write(out / "ranks.json", worlds)

@@ -33,13 +33,13 @@ class EventClock:
             self._marks.append((cpu_time, event))
 
     def end_step(self, step_time_s: float) -> None:
-        """Read the step's events; call after the step's last synchronize, with the step's CPU time."""
+        """Read the step's events; call after the step's last synchronize, with its ``step_time_s``."""
         if not self.on:
             return
         (cpu_start, start), *rest = self._marks
         if len(rest) != len(MARKS):
             raise RuntimeError(f"a step has {len(rest)} marks after its start, not {len(MARKS)}")
-        step = {"step_cpu_s": step_time_s}
+        step = {"step_time_s": step_time_s}
         for name, (cpu_time, event) in zip(MARKS, rest):
             step[f"{name}_cpu_s"] = cpu_time - cpu_start
             step[f"{name}_gpu_s"] = start.elapsed_time(event) / 1e3
@@ -55,7 +55,7 @@ class EventClock:
         if not self._steps:
             return None
         out: dict[str, float | int] = {"steps": len(self._steps),
-                                       "step_cpu_s": statistics.median(s["step_cpu_s"] for s in self._steps)}
+                                       "step_time_s": statistics.median(s["step_time_s"] for s in self._steps)}
         for name in MARKS:
             cpu = [s[f"{name}_cpu_s"] for s in self._steps]
             gpu = [s[f"{name}_gpu_s"] for s in self._steps]

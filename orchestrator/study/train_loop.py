@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> None:
         if events is not None:
             print(f"on the GPU's clock (CUDA events, medians of {events['steps']} steps): backward done "
                   f"{events['backward_gpu_lag_s'] * 1e3:+.2f} ms after backward() returned; optimizer done at "
-                  f"{events['optimizer_gpu_s'] * 1e3:.2f} ms, the step's CPU time {events['step_cpu_s'] * 1e3:.2f} ms")
+                  f"{events['optimizer_gpu_s'] * 1e3:.2f} ms, the step's CPU time {events['step_time_s'] * 1e3:.2f} ms")
         print(f"status: {result['status']}" + (f" ({result['reason']})" if result["reason"] else ""))
         if args["json"]:
             with open(args["json"], "w") as f:
