@@ -11,10 +11,13 @@ Numba Reducer over gloo, overlapped against blocking hooks on an MLP and ResNet-
 loop under torchrun with ``use_gpu`` on the built-in MNIST, one worker, for the quickstart's methods
 and powersgd, with the GPU's account of each step beside the CPU's. sanitizer: the payload tests
 (inputs up to 2**17) under compute-sanitizer memcheck, then racecheck. bench (not in the default
-steps): benchmarks/cuda_bench.py.
+steps): the kernels' throughput against the device's copy and the torch reference, and their speed
+goals (benchmarks/compressor_bench.py at 2**20 .. 2**``--bench-max-log2``, inside what is left of the
+budget).
 
-``--cpu`` is a dry run on a machine without a GPU: world, ranks and training on CPU tensors over
-gloo (compile, tests and sanitizer need a GPU), to try the script before spending GPU time.
+``--cpu`` is a dry run on a machine without a GPU: world, ranks, training and bench on CPU tensors
+over gloo (compile, tests and sanitizer need a GPU; bench at 2**20 only), to try the script before
+spending GPU time.
 
 The steps run in that order inside ``--budget-s`` seconds in all: a step gets what is left of it,
 up to its own cap; one cut short is recorded as "timeout", one left no time as "skipped". OUTDIR
@@ -41,9 +44,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ("compile", "tests", "world", "ranks", "training", "sanitizer", "bench")
 DEFAULT_STEPS = STEPS[:-1]
-CPU_STEPS = ("world", "ranks", "training")  # what a dry run without a GPU can run
+CPU_STEPS = ("world", "ranks", "training", "bench")  # what a dry run without a GPU can run
 GPU_TESTS = ["tests/compressors/cuda/test_cuda_gpu.py", "tests/orchestrator/study/test_cuda_events.py"]
 RANKS = (2, 4)
+BENCH_CAP_S = 600
 # The quickstart's workload (sweeps/quickstart.yaml) and methods, and PowerSGD.
 TRAINING = ["--dataset", "mnist", "--model", "mlp", "--width", "256", "--depth", "2", "--epochs", "1",
             "--batch_size", "64", "--optimizer", "sgd", "--lr", "0.05", "--max_steps_per_epoch", "50"]
@@ -170,14 +174,17 @@ def main() -> None:
                         help=f"comma separated, of {', '.join(STEPS)}; default: {','.join(DEFAULT_STEPS)} "
                              f"({','.join(CPU_STEPS)} with --cpu)")
     parser.add_argument("--budget-s", type=float, default=480, help="seconds for all the steps together")
-    parser.add_argument("--bench-max-log2", type=int, default=28)
-    parser.add_argument("--cpu", action="store_true", help="a dry run: world, ranks and training on CPU tensors")
+    parser.add_argument("--bench-max-log2", type=int, default=28, help="bench: sizes 2**20 .. 2**N (N in 20 .. 30)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="a dry run: world, ranks, training and bench on CPU tensors")
     args = parser.parse_args()
-    args.steps = args.steps or ",".join(CPU_STEPS if args.cpu else DEFAULT_STEPS)
+    args.steps = args.steps or ",".join(CPU_STEPS[:-1] if args.cpu else DEFAULT_STEPS)
     steps = args.steps.split(",")
     valid = CPU_STEPS if args.cpu else STEPS
     if any(s not in valid for s in steps):
         parser.error(f"--steps: a comma separated subset of {', '.join(valid)}" + (" with --cpu" if args.cpu else ""))
+    if not 20 <= args.bench_max_log2 <= 30:
+        parser.error(f"--bench-max-log2: an exponent in [20, 30], got {args.bench_max_log2}")
     if not args.budget_s > 0:
         parser.error(f"--budget-s: a number of seconds > 0, got {args.budget_s}")
     args.outdir.mkdir(parents=True, exist_ok=True)
@@ -266,13 +273,21 @@ def main() -> None:
                 errors = None if errors is None or found is None else errors + found
                 done(step, sanitizer_errors=errors)
         if "bench" in steps:
-            done(runner.run("bench", [py, "benchmarks/cuda_bench.py", "--out", str(out / "bench.json"),
-                                      "--max-log2", str(args.bench_max_log2)], 600))
+            # Its own budget ends it early enough to save its table: one measurement takes seconds.
+            budget = max(1.0, min(BENCH_CAP_S, runner.left()) - 45)
+            done(runner.run("bench", [py, "-m", "benchmarks.compressor_bench", "--device", "cpu" if args.cpu else "cuda",
+                                      # a dry run tries the script on one size
+                                      "--sizes", "20" if args.cpu else ",".join(map(str, range(20, args.bench_max_log2 + 1, 2))),
+                                      "--repeats", "3" if args.cpu else "20", "--budget-s", f"{budget:.0f}",
+                                      *(["--rotate-mib", "16"] if args.cpu else []),
+                                      "--json", str(out / "bench.json")], BENCH_CAP_S))
     bench = _json(out / "bench.json")
     if "bench" in steps and bench:
-        print(f"copy {bench['copy_gbps']:.0f} GB/s; at 2**24: " + ", ".join(
-            f"{t['compressor']} enc {t['encode_of_copy']:.2f} dec {t['decode_of_copy']:.2f}"
-            for t in bench["table"] if t["numel"] == 2 ** 24))
+        missed = [g["label"] + f" 2^{g['n'].bit_length() - 1}" for g in bench["goals"] if g["met"] is False]
+        print("bench: copy " + ", ".join(f"2^{c['n'].bit_length() - 1} {c['copy_gbps']:.0f} GB/s" for c in bench["copy"])
+              + f"; goals met {sum(g['met'] is True for g in bench['goals'])} of {len(bench['goals'])}"
+              + (f", missed: {', '.join(missed)}" if missed else "")
+              + (f"; {bench['not_measured']} measurements not made" if bench["not_measured"] else ""))
     print(record["device"], "|", record["facts"])
     print(f"{'step':20} {'ok':4} {'seconds':>8}  last line")
     for s in record["steps"]:
