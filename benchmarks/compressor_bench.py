@@ -56,6 +56,8 @@ from orchestrator.study import env_info
 from orchestrator.study.labels import config_label
 from orchestrator.study.records import write_atomic
 
+from . import record as record_
+
 # The parameter sets benchmarked beside the defaults: widths and layouts whose kernels differ.
 VARIANTS = {
     "qsgd": tuple({"bits": b} for b in (2, 4, 8)),
@@ -279,7 +281,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sizes", default="20,22,24,26", help="exponents e of n = 2**e, comma separated")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per measurement (median reported)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (CPU)")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--json", default=None, metavar="PATH", help="save results and machine info here")
     ap.add_argument("--compressors", default=None, help="comma separated subset of compressor names")
     ap.add_argument("--cols", type=int, default=1024, help="input shape (n // cols, cols); 0: 1-D")
@@ -287,7 +288,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="comma separated implementations (default: reference, and numba on the CPU, cuda on a GPU)")
     ap.add_argument("--rotate-mib", type=int, default=256,
                     help="MiB of inputs the runs rotate over (out of the caches); 0: one input")
-    ap.add_argument("--budget-s", type=float, default=None, help="start no measurement after this many seconds")
+    record_.add_options(ap)
     args = ap.parse_args(argv)
     try:
         args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -299,8 +300,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error("--repeats and --threads must be >= 1, --cols >= 0")
     if not 0 <= args.rotate_mib <= 2 ** 16:
         ap.error(f"--rotate-mib: MiB in [0, 65536] expected, got {args.rotate_mib}")
-    if args.budget_s is not None and not 0 < args.budget_s < math.inf:
-        ap.error(f"--budget-s: a number of seconds > 0 expected, got {args.budget_s}")
     if args.compressors is not None:
         args.compressors = [s.strip() for s in args.compressors.split(",") if s.strip()]
         unknown = [s for s in args.compressors if s not in compressors.COMPRESSORS]
@@ -310,15 +309,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.impls = [s.strip() for s in (args.impls or default).split(",") if s.strip()]
     if not args.impls or any(i not in compressors.IMPLS[1:] for i in args.impls):
         ap.error(f"--impls: a comma separated subset of {', '.join(compressors.IMPLS[1:])} expected")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda: CUDA is not available")
+    record_.check_options(ap, args)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    deadline = time.monotonic() + (args.budget_s if args.budget_s is not None else math.inf)
+    stop_at = record_.deadline(args.budget_s)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     info = machine_info(device, args.threads)
@@ -330,8 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     copies: list[dict[str, Any]] = []
     done = 0
-    record = {"device": info["gpus"][0] if device.type == "cuda" else info["cpu_model"], "date": info["date"],
-              "command": " ".join(["python -m benchmarks.compressor_bench", *argv]), "machine": info,
+    record = {**record_.header("benchmarks.compressor_bench", argv, args.device, info),
               "args": {"sizes": args.sizes, "repeats": args.repeats, "threads": args.threads, "device": args.device,
                        "cols": args.cols, "impls": args.impls, "compressors": args.compressors,
                        "rotate_mib": args.rotate_mib, "budget_s": args.budget_s}}
@@ -344,14 +341,14 @@ def main(argv: list[str] | None = None) -> int:
             write_atomic(Path(args.json), json.dumps(record, indent=1))
 
     for e in args.sizes:
-        if time.monotonic() > deadline:
+        if time.monotonic() > stop_at:
             break
         n = 2 ** e
         xs = inputs(n, args.cols, copies_for(n, args.rotate_mib), device)
         outs = [torch.zeros_like(x) for x in xs]  # touched: no run pays the first write's page faults
         copies.append(copy_run(xs, outs, args.repeats))
         for _, name, params, impl in (p for p in planned if p[0] == e):
-            if time.monotonic() > deadline:
+            if time.monotonic() > stop_at:
                 break
             print(f"  {label(name, params)} {impl} 2^{e} ...", file=sys.stderr, flush=True)
             results.append(bench_one(name, params, impl, xs, outs, args.repeats))

@@ -13,17 +13,18 @@ and powersgd, with the GPU's account of each step beside the CPU's. sanitizer: t
 (inputs up to 2**17) under compute-sanitizer memcheck, then racecheck. bench (not in the default
 steps): the kernels' throughput against the device's copy and the torch reference, and their speed
 goals (benchmarks/compressor_bench.py at 2**20 .. 2**``--bench-max-log2``, inside what is left of the
-budget).
+budget). costs (not in the default steps either): what each compressor costs a training step of
+ResNet-50 and of GPT-2 small on the GPU, beside the step's compute (benchmarks/step_costs.py).
 
-``--cpu`` is a dry run on a machine without a GPU: world, ranks, training and bench on CPU tensors
-over gloo (compile, tests and sanitizer need a GPU; bench at 2**20 only), to try the script before
-spending GPU time.
+``--cpu`` is a dry run on a machine without a GPU: world, ranks, training, bench and costs on CPU
+tensors over gloo (compile, tests and sanitizer need a GPU; bench at 2**20 only, costs on small
+inputs), to try the script before spending GPU time.
 
 The steps run in that order inside ``--budget-s`` seconds in all: a step gets what is left of it,
 up to its own cap; one cut short is recorded as "timeout", one left no time as "skipped". OUTDIR
 gets log.txt (every step's output), check.json (the record, rewritten after every step, so a run
-stopped from outside leaves what it finished), world.json, ranks.json, training.json and
-bench.json; a short table is printed last. Exits 1 if a step failed.
+stopped from outside leaves what it finished), world.json, ranks.json, training.json, bench.json
+and step_costs.json; a short table is printed last. Exits 1 if a step failed.
 """
 from __future__ import annotations
 
@@ -42,12 +43,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("compile", "tests", "world", "ranks", "training", "sanitizer", "bench")
-DEFAULT_STEPS = STEPS[:-1]
-CPU_STEPS = ("world", "ranks", "training", "bench")  # what a dry run without a GPU can run
+STEPS = ("compile", "tests", "world", "ranks", "training", "sanitizer", "bench", "costs")
+DEFAULT_STEPS = STEPS[:-2]
+CPU_STEPS = ("world", "ranks", "training", "bench", "costs")  # what a dry run without a GPU can run
 GPU_TESTS = ["tests/compressors/cuda/test_cuda_gpu.py", "tests/orchestrator/study/test_cuda_events.py"]
 RANKS = (2, 4)
-BENCH_CAP_S = 600
+BENCH_CAP_S = COSTS_CAP_S = 600
 # The quickstart's workload (sweeps/quickstart.yaml) and methods, and PowerSGD.
 TRAINING = ["--dataset", "mnist", "--model", "mlp", "--width", "256", "--depth", "2", "--epochs", "1",
             "--batch_size", "64", "--optimizer", "sgd", "--lr", "0.05", "--max_steps_per_epoch", "50"]
@@ -176,9 +177,9 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=480, help="seconds for all the steps together")
     parser.add_argument("--bench-max-log2", type=int, default=28, help="bench: sizes 2**20 .. 2**N (N in 20 .. 30)")
     parser.add_argument("--cpu", action="store_true",
-                        help="a dry run: world, ranks, training and bench on CPU tensors")
+                        help="a dry run: world, ranks, training, bench and costs on CPU tensors")
     args = parser.parse_args()
-    args.steps = args.steps or ",".join(CPU_STEPS[:-1] if args.cpu else DEFAULT_STEPS)
+    args.steps = args.steps or ",".join(CPU_STEPS[:-2] if args.cpu else DEFAULT_STEPS)
     steps = args.steps.split(",")
     valid = CPU_STEPS if args.cpu else STEPS
     if any(s not in valid for s in steps):
@@ -281,6 +282,12 @@ def main() -> None:
                                       "--repeats", "3" if args.cpu else "20", "--budget-s", f"{budget:.0f}",
                                       *(["--rotate-mib", "16"] if args.cpu else []),
                                       "--json", str(out / "bench.json")], BENCH_CAP_S))
+        if "costs" in steps:
+            budget = max(1.0, min(COSTS_CAP_S, runner.left()) - 60)  # a run of GPT-2 small takes seconds
+            done(runner.run("costs", [py, "-m", "benchmarks.step_costs", "--device", "cpu" if args.cpu else "cuda",
+                                      *(["--size", "small", "--steps", "3"] if args.cpu else []),
+                                      "--budget-s", f"{budget:.0f}", "--json", str(out / "step_costs.json")],
+                                COSTS_CAP_S))
     bench = _json(out / "bench.json")
     if "bench" in steps and bench:
         missed = [g["label"] + f" 2^{g['n'].bit_length() - 1}" for g in bench["goals"] if g["met"] is False]
@@ -288,6 +295,11 @@ def main() -> None:
               + f"; goals met {sum(g['met'] is True for g in bench['goals'])} of {len(bench['goals'])}"
               + (f", missed: {', '.join(missed)}" if missed else "")
               + (f"; {bench['not_measured']} measurements not made" if bench["not_measured"] else ""))
+    costs = _json(out / "step_costs.json")
+    if "costs" in steps and costs:
+        failed = [f"{r['model']} {r['compressor']}" for r in costs["rows"] if r["status"] == "failed"]
+        print(f"costs: {len(costs['rows'])} runs" + (f", failed: {', '.join(failed)}" if failed else "")
+              + (f"; {costs['not_measured']} runs not made" if costs["not_measured"] else ""))
     print(record["device"], "|", record["facts"])
     print(f"{'step':20} {'ok':4} {'seconds':>8}  last line")
     for s in record["steps"]:
