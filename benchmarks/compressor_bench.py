@@ -11,28 +11,31 @@ e2m1 and int8 elements, and with ``rounding`` stochastic for e4m3, e3m2, e2m1 an
 has among ``--impls`` (default: ``reference`` and, on the CPU, ``numba``, on a GPU ``cuda``) and each size
 ``n = 2**e`` (``--sizes`` lists the exponents), float32 Gaussian tensors of shape ``(n // cols, cols)``
 (a weight matrix; ``cols`` defaults to 1024) are encoded into payload buffers, the payloads decoded into
-outputs, and decoded-and-added into them (a collective's summing step). Each operation gets its own pass:
-one warm-up, then ``--repeats`` timed runs, of which the median is reported. The runs rotate over as many
-inputs (each with its payload and output) as ``--rotate-mib`` MiB of inputs need (default 256: five times
-a Hopper's 50 MB L2, and more than a CPU's last-level cache), so that no run finds its input or output in
-the cache (a small payload may be there); each pass starts on the input the previous pass touched
-longest ago. CPU runs are timed with
-``time.perf_counter`` under ``torch.set_num_threads`` (the Numba kernels use one thread); CUDA runs with
-CUDA events after a ``synchronize``. The device-to-device copy of the same inputs into the outputs is
-measured the same way at every size.
+outputs, and decoded-and-added into them (a collective's summing step). Each operation gets its own
+pass: one warm-up, then ``--repeats`` timed runs, of which the median is reported. The runs rotate over
+as many inputs (each with its payload and output) as ``--rotate-mib`` MiB of inputs need (default 256:
+five times a Hopper's 50 MB L2, and more than a CPU's last-level cache), each run, across the passes,
+taking the input used longest ago, so that no run finds its input or output in the cache (a small
+payload may be there). CPU runs are timed with ``time.perf_counter`` under ``torch.set_num_threads``
+(the Numba kernels use one thread); CUDA runs with CUDA events after a ``synchronize``, behind a queued
+busy wait that hides the host's launch. The device-to-device copy of the same inputs into the outputs
+is measured the same way at every size.
 
 Two speeds per operation: ``*_gbps`` is ``4 n`` bytes of float32 input per second (1e9 bytes), the
 figure BENCHMARKS.md's CPU tables show; ``gbps`` in ``rows`` counts the bytes an operation reads plus
 writes (encode: the input and the payload; decode: the payload and the output; decode-add: the payload,
-and the output read and written), comparable with the copy's (``copy_gbps``: input read, output
-written). ``x ref`` is the speed over ``reference`` of the same configuration and size in the same run.
+and the output read and written; none for a sparse method's, which touches only the entries sent),
+comparable with the copy's (``copy_gbps``: input read, output written). ``x ref`` is the speed over
+``reference`` of the same configuration and size in the same run.
 
-On a GPU the kernels have speed goals at >= 2**24 elements (``GOALS``): the dense methods encode and
-decode at >= 80% of the copy and >= 5x the reference; adaptive and topk (exact selection) encode within
-3x of one read of the input at the copy's rate. ``goals`` in the JSON and the last table say which are met.
+On a GPU the CUDA kernels have speed goals at >= 2**24 elements (``DENSE``, ``SELECTING``): the dense
+methods encode and decode at >= 80% of the copy and >= 5x the reference; adaptive and topk (exact
+selection) encode within 3x of one read of the input at the copy's rate. ``goals`` in the JSON and the
+last table say which are met.
 
 ``--budget-s`` stops starting measurements once that many seconds have passed (the JSON says what was
-not measured). Prints a table and, with ``--json PATH``, saves it after every size (written to a
+not measured). A measurement that raises (a GPU out of memory) is recorded with its error, and the next
+one goes on. Prints a table and, with ``--json PATH``, saves it after every measurement (written to a
 temporary file and renamed) with the machine's description (``orchestrator.study.env_info.describe``:
 CPU model, torch version, GPUs, date) and the thread count.
 """
@@ -77,6 +80,10 @@ DENSE_OF_COPY, DENSE_X_REFERENCE, SELECTING_READS = 0.8, 5.0, 3.0
 # Below 2**18 elements (256 MiB / 256) an operation costs its launches more than its bytes: more copies
 # would only lengthen the warm-up.
 MAX_COPIES = 256
+# About 1 ms of a GPU's clock: longer than the host takes to launch one operation.
+LAUNCH_COVER_CYCLES = 2_000_000
+# Their decode-add reads and writes only the entries sent, whose number the payload, not n, sets.
+SPARSE = ("adaptive", "topk", "randomk", "dgc")
 
 
 def configs(names: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
@@ -108,11 +115,14 @@ def machine_info(device: torch.device, threads: int) -> dict[str, Any]:
 
 
 def timed(fn: Callable[[], Any], device: torch.device) -> float:
-    """Seconds ``fn()`` takes (CUDA: events around it, after a synchronize)."""
+    """Seconds ``fn()`` takes (CUDA: events around it, after a synchronize; a busy wait queued ahead
+    of it keeps the GPU occupied while the host launches it, so that the events time the GPU's work
+    rather than the launch, and a wait for the GPU inside ``fn`` still shows)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(LAUNCH_COVER_CYCLES)
         start.record()
         fn()
         end.record()
@@ -128,11 +138,23 @@ def copies_for(n: int, rotate_mib: int) -> int:
     return max(1, min(MAX_COPIES, math.ceil(rotate_mib * 2 ** 20 / (4 * n))))
 
 
-def runs(fn: Callable[[int], Any], copies: int, repeats: int, device: torch.device) -> list[float]:
-    """``repeats`` timed runs of ``fn(i)`` on the rotated copies, after one warm-up run; the warm-up takes
-    the copy after the last timed one, so that the first timed run finds its data the longest ago used."""
-    fn(repeats % copies)
-    return [timed(lambda i=i: fn(i % copies), device) for i in range(repeats)]
+class Rotation:
+    """The copy each run takes: the one after the last run's, across passes, so that every run finds
+    the copy it takes the longest ago used."""
+
+    def __init__(self, copies: int) -> None:
+        self.copies = copies
+        self.last = -1
+
+    def next(self) -> int:
+        self.last = (self.last + 1) % self.copies
+        return self.last
+
+
+def runs(fn: Callable[[int], Any], rotation: Rotation, repeats: int, device: torch.device) -> list[float]:
+    """``repeats`` timed runs of ``fn(i)`` on the rotated copies, after one warm-up run."""
+    fn(rotation.next())
+    return [timed(lambda i=rotation.next(): fn(i), device) for _ in range(repeats)]
 
 
 def inputs(n: int, cols: int, copies: int, device: torch.device) -> list[torch.Tensor]:
@@ -143,7 +165,7 @@ def inputs(n: int, cols: int, copies: int, device: torch.device) -> list[torch.T
 
 def copy_run(xs: list[torch.Tensor], outs: list[torch.Tensor], repeats: int) -> dict[str, Any]:
     """The device's copy of the inputs into the outputs: median seconds and GB/s read plus written."""
-    times = runs(lambda i: outs[i].copy_(xs[i]), len(xs), repeats, xs[0].device)
+    times = runs(lambda i: outs[i].copy_(xs[i]), Rotation(len(xs)), repeats, xs[0].device)
     seconds = statistics.median(times)
     return {"n": xs[0].numel(), "copy_s": seconds, "copy_gbps": 8 * xs[0].numel() / seconds / 1e9, "copy_runs_s": times}
 
@@ -156,9 +178,10 @@ def bench_one(name: str, params: dict[str, Any], impl: str, xs: list[torch.Tenso
     payloads = [torch.empty(c.payload_nbytes(x.shape), dtype=torch.uint8, device=device) for _ in range(copies)]
     for i in range(copies):  # every payload valid before a decode reads it
         c.encode(xs[i], step=0, out=payloads[i])
-    enc = runs(lambda i: c.encode(xs[i], step=i + 1, out=payloads[i]), copies, repeats, device)
-    dec = runs(lambda i: c.decode(payloads[i], out=outs[i]), copies, repeats, device)
-    add = runs(lambda i: c.decode(payloads[i], out=outs[i], add=True), copies, repeats, device)
+    rotation = Rotation(copies)
+    enc = runs(lambda i: c.encode(xs[i], step=1, out=payloads[i]), rotation, repeats, device)
+    dec = runs(lambda i: c.decode(payloads[i], out=outs[i]), rotation, repeats, device)
+    add = runs(lambda i: c.decode(payloads[i], out=outs[i], add=True), rotation, repeats, device)
     nbytes = int(payloads[0].numel())
     row: dict[str, Any] = {"compressor": name, "params": params, "impl": impl, "label": label(name, params), "n": n,
                            "log2_n": n.bit_length() - 1, "shape": list(x.shape), "copies": copies}
@@ -171,15 +194,33 @@ def bench_one(name: str, params: dict[str, Any], impl: str, xs: list[torch.Tenso
     return row
 
 
-def moved_bytes(op: str, n: int, payload_nbytes: int) -> int:
-    """Bytes ``op`` reads plus writes on ``n`` float32 with a payload of ``payload_nbytes``."""
-    return payload_nbytes + (8 * n if op == "decode_add" else 4 * n)
+def measure(name: str, params: dict[str, Any], impl: str, xs: list[torch.Tensor], outs: list[torch.Tensor],
+            repeats: int) -> dict[str, Any]:
+    """``bench_one``'s row, or the configuration with the error that stopped it (a GPU out of memory at a
+    large size): recorded, and the next measurement goes on."""
+    try:
+        return bench_one(name, params, impl, xs, outs, repeats)
+    except (RuntimeError, MemoryError) as error:  # torch.cuda.OutOfMemoryError is a RuntimeError
+        if xs[0].is_cuda:
+            torch.cuda.empty_cache()
+        return {"compressor": name, "params": params, "impl": impl, "label": label(name, params), "n": xs[0].numel(),
+                "log2_n": xs[0].numel().bit_length() - 1,
+                "error": f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:300]}"}
+
+
+def moved_bytes(op: str, n: int, payload_nbytes: int, compressor: str = "") -> int | None:
+    """Bytes ``op`` reads plus writes on ``n`` float32 with a payload of ``payload_nbytes``; None for a
+    sparse method's decode-add (it touches the entries sent, however many its payload holds)."""
+    if op == "decode_add":
+        return None if compressor in SPARSE else payload_nbytes + 8 * n
+    return payload_nbytes + 4 * n
 
 
 def with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each row's speed over the reference's for the same configuration and size (same run)."""
-    reference = {(r["label"], r["n"]): r for r in rows if r["impl"] == "reference"}
-    for r in rows:
+    measured = [r for r in rows if "error" not in r]
+    reference = {(r["label"], r["n"]): r for r in measured if r["impl"] == "reference"}
+    for r in measured:
         base = reference.get((r["label"], r["n"]))
         for op in OPS:
             r[f"{op}_vs_reference"] = base[f"{op}_s"] / r[f"{op}_s"] if base else None
@@ -193,7 +234,7 @@ def summary_rows(results: list[dict[str, Any]], copies: list[dict[str, Any]]) ->
     rank = {"cuda": 0, "numba": 1, "reference": 2}
     best: dict[tuple[str, int], dict[str, Any]] = {}
     reference: dict[tuple[str, int], dict[str, Any]] = {}
-    for r in results:
+    for r in (r for r in results if "error" not in r):
         key = (r["label"], r["n"])
         if key not in best or rank[r["impl"]] < rank[best[key]["impl"]]:
             best[key] = r
@@ -203,10 +244,11 @@ def summary_rows(results: list[dict[str, Any]], copies: list[dict[str, Any]]) ->
     for key, r in best.items():
         ref = reference.get(key) if r["impl"] != "reference" else None
         for op in OPS:
-            moved = moved_bytes(op, r["n"], r["payload_nbytes"])
+            moved = moved_bytes(op, r["n"], r["payload_nbytes"], r["compressor"])
             rows.append({"compressor": r["compressor"], "params": r["params"], "impl": r["impl"], "n": r["n"],
-                         "op": op, "seconds": r[f"{op}_s"], "gbps": moved / r[f"{op}_s"] / 1e9, "copy_gbps": copy_at.get(r["n"]),
-                         "reference_gbps": moved / ref[f"{op}_s"] / 1e9 if ref else None})
+                         "op": op, "seconds": r[f"{op}_s"], "gbps": moved / r[f"{op}_s"] / 1e9 if moved else None,
+                         "copy_gbps": copy_at.get(r["n"]),
+                         "reference_gbps": moved / ref[f"{op}_s"] / 1e9 if ref and moved else None})
     return rows
 
 
@@ -243,7 +285,8 @@ def goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def format_table(results: list[dict[str, Any]], copies: list[dict[str, Any]]) -> str:
-    head = (f"{'compressor':<16} {'impl':<9} {'n':>5} {'encode GB/s':>11} {'x ref':>6} {'decode GB/s':>11} "
+    width = max([16, *(len(r["label"]) for r in results)])
+    head = (f"{'compressor':<{width}} {'impl':<9} {'n':>5} {'encode GB/s':>11} {'x ref':>6} {'decode GB/s':>11} "
             f"{'x ref':>6} {'dec+add GB/s':>12} {'x ref':>6} {'payload bytes':>13} {'payload_ratio':>13}")
     lines = [head, "-" * len(head)]
 
@@ -251,7 +294,11 @@ def format_table(results: list[dict[str, Any]], copies: list[dict[str, Any]]) ->
         return f"{value:>6.1f}" if value is not None else f"{'':>6}"
 
     for r in results:
-        lines.append(f"{r['label']:<16} {r['impl']:<9} {'2^' + str(r['log2_n']):>5} {r['encode_gbps']:>11.3f} "
+        start = f"{r['label']:<{width}} {r['impl']:<9} {'2^' + str(r['log2_n']):>5}"
+        if "error" in r:
+            lines.append(f"{start} {r['error']}")
+            continue
+        lines.append(f"{start} {r['encode_gbps']:>11.3f} "
                      f"{ratio(r['encode_vs_reference'])} {r['decode_gbps']:>11.3f} {ratio(r['decode_vs_reference'])} "
                      f"{r['decode_add_gbps']:>12.3f} {ratio(r['decode_add_vs_reference'])} "
                      f"{r['payload_nbytes']:>13d} {r['payload_ratio']:>13.2f}")
@@ -351,10 +398,10 @@ def main(argv: list[str] | None = None) -> int:
             if time.monotonic() > stop_at:
                 break
             print(f"  {label(name, params)} {impl} 2^{e} ...", file=sys.stderr, flush=True)
-            results.append(bench_one(name, params, impl, xs, outs, args.repeats))
+            results.append(measure(name, params, impl, xs, outs, args.repeats))
             done += 1
+            save()
         del xs, outs
-        save()
     save()
     print(format_table(results, copies), flush=True)
     if record["goals"]:

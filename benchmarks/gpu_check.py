@@ -12,8 +12,8 @@ loop under torchrun with ``use_gpu`` on the built-in MNIST, one worker, for the 
 and powersgd, with the GPU's account of each step beside the CPU's. sanitizer: the payload tests
 (inputs up to 2**17) under compute-sanitizer memcheck, then racecheck. bench (not in the default
 steps): the kernels' throughput against the device's copy and the torch reference, and their speed
-goals (benchmarks/compressor_bench.py at 2**20 .. 2**``--bench-max-log2``, inside what is left of the
-budget). costs (not in the default steps either): what each compressor costs a training step of
+goals (benchmarks/compressor_bench.py at 2**20, 2**22, ... up to 2**``--bench-max-log2``, inside what
+is left of the budget). costs (not in the default steps either): what each compressor costs a training step of
 ResNet-50 and of GPT-2 small on the GPU, beside the step's compute (benchmarks/step_costs.py).
 
 ``--cpu`` is a dry run on a machine without a GPU: world, ranks, training, bench and costs on CPU
@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = ("compile", "tests", "world", "ranks", "training", "sanitizer", "bench", "costs")
 DEFAULT_STEPS = STEPS[:-2]
 CPU_STEPS = ("world", "ranks", "training", "bench", "costs")  # what a dry run without a GPU can run
+CPU_DEFAULT_STEPS = CPU_STEPS[:-2]
 GPU_TESTS = ["tests/compressors/cuda/test_cuda_gpu.py", "tests/orchestrator/study/test_cuda_events.py"]
 RANKS = (2, 4)
 BENCH_CAP_S = COSTS_CAP_S = 600
@@ -173,13 +174,14 @@ def main() -> None:
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--steps", default=None,
                         help=f"comma separated, of {', '.join(STEPS)}; default: {','.join(DEFAULT_STEPS)} "
-                             f"({','.join(CPU_STEPS)} with --cpu)")
+                             f"({','.join(CPU_DEFAULT_STEPS)} with --cpu)")
     parser.add_argument("--budget-s", type=float, default=480, help="seconds for all the steps together")
-    parser.add_argument("--bench-max-log2", type=int, default=28, help="bench: sizes 2**20 .. 2**N (N in 20 .. 30)")
+    parser.add_argument("--bench-max-log2", type=int, default=28,
+                        help="bench: sizes 2**20, 2**22, ... up to 2**N (N in 20 .. 30)")
     parser.add_argument("--cpu", action="store_true",
                         help="a dry run: world, ranks, training, bench and costs on CPU tensors")
     args = parser.parse_args()
-    args.steps = args.steps or ",".join(CPU_STEPS[:-2] if args.cpu else DEFAULT_STEPS)
+    args.steps = args.steps or ",".join(CPU_DEFAULT_STEPS if args.cpu else DEFAULT_STEPS)
     steps = args.steps.split(",")
     valid = CPU_STEPS if args.cpu else STEPS
     if any(s not in valid for s in steps):
@@ -276,6 +278,7 @@ def main() -> None:
         if "bench" in steps:
             # Its own budget ends it early enough to save its table: one measurement takes seconds.
             budget = max(1.0, min(BENCH_CAP_S, runner.left()) - 45)
+            (out / "bench.json").unlink(missing_ok=True)  # the summary below is this run's or none
             done(runner.run("bench", [py, "-m", "benchmarks.compressor_bench", "--device", "cpu" if args.cpu else "cuda",
                                       # a dry run tries the script on one size
                                       "--sizes", "20" if args.cpu else ",".join(map(str, range(20, args.bench_max_log2 + 1, 2))),
@@ -284,6 +287,7 @@ def main() -> None:
                                       "--json", str(out / "bench.json")], BENCH_CAP_S))
         if "costs" in steps:
             budget = max(1.0, min(COSTS_CAP_S, runner.left()) - 60)  # a run of GPT-2 small takes seconds
+            (out / "step_costs.json").unlink(missing_ok=True)
             done(runner.run("costs", [py, "-m", "benchmarks.step_costs", "--device", "cpu" if args.cpu else "cuda",
                                       *(["--size", "small", "--steps", "3"] if args.cpu else []),
                                       "--budget-s", f"{budget:.0f}", "--json", str(out / "step_costs.json")],

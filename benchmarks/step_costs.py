@@ -17,9 +17,8 @@ as a whole, are the device's cost of the method. The models, at ``--size full``:
 - gpt2: GPT-2 small's shape (12 layers, 12 heads, width 768, 1024 tokens, a vocabulary of 50257
   tokens) on random tokens, batch 8.
 
-``--size small`` keeps the architectures and shrinks their inputs (ResNet-50 on 3x32x32 images of 10
-classes, batch 4; GPT of 2 layers, width 64, 64 tokens of the same vocabulary, batch 2): a dry run
-on a CPU. Prints a table and, with ``--json PATH``, saves it after every run (written to a temporary
+``--size small`` is a dry run on a CPU: ResNet-50 itself on 3x32x32 images of 10 classes, batch 4,
+and a GPT of 2 layers, width 64, 64 tokens of the same vocabulary, batch 2. Prints a table and, with ``--json PATH``, saves it after every run (written to a temporary
 file and renamed) with the machine's description. ``--budget-s`` starts no run after that many
 seconds; the JSON says how many were not made. A run that raises is recorded with its error and the
 next one goes on; the exit status is then 1.
@@ -39,9 +38,9 @@ import numpy as np
 
 import compressors
 from orchestrator.study import train_loop
+from orchestrator.study.records import write_atomic
 
 from . import record as record_
-from orchestrator.study.records import write_atomic
 
 GPT2_VOCAB = 50257
 PARTS = ("step_time_s", "compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s")
@@ -111,7 +110,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             else None
         lines.append(f"{r['model']:<9} {r['compressor']:<11} {_ms(r.get('step_time_s'))} {_ms(r.get('compute_s'))} "
                      f"{_ms(r.get('encode_s'))} {_ms(r.get('decode_s'))} {_ms(r.get('exposed_comm_s'))} "
-                     f"{f'{share:12.3f}' if share is not None else f'{chr(45):>12}'}  "
+                     f"{'-' if share is None else f'{share:.3f}':>12}  "
                      f"{r['status']}{' (' + r['reason'] + ')' if r.get('reason') else ''}")
     return "\n".join(lines)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+import types
 
 import pytest
 import torch
@@ -19,17 +21,25 @@ def test_copies_span_the_rotation() -> None:
     assert bench.copies_for(2 ** 20, 0) == 1
 
 
-def test_runs_rotate_and_warm_up_on_the_copy_used_longest_ago(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runs_rotate_across_passes_so_each_takes_the_copy_used_longest_ago(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench, "timed", lambda fn, device: (fn(), 1.0)[1])
     seen: list[int] = []
-    times = bench.runs(seen.append, copies=4, repeats=6, device=torch.device("cpu"))
-    assert seen == [2, 0, 1, 2, 3, 0, 1] and times == [1.0] * 6
+    rotation = bench.Rotation(4)
+    times = bench.runs(seen.append, rotation, repeats=6, device=torch.device("cpu"))
+    assert seen == [0, 1, 2, 3, 0, 1, 2] and times == [1.0] * 6
+    bench.runs(seen.append, rotation, repeats=3, device=torch.device("cpu"))  # the next pass goes on from there
+    assert seen[7:] == [3, 0, 1, 2]
+    one: list[int] = []
+    bench.runs(one.append, bench.Rotation(1), repeats=2, device=torch.device("cpu"))
+    assert one == [0, 0, 0]
 
 
 def test_moved_bytes() -> None:
     assert bench.moved_bytes("encode", 10, 7) == 47
     assert bench.moved_bytes("decode", 10, 7) == 47
     assert bench.moved_bytes("decode_add", 10, 7) == 87  # the output is read and written
+    assert bench.moved_bytes("decode", 10, 7, "topk") == 47  # a sparse decode writes every entry
+    assert bench.moved_bytes("decode_add", 10, 7, "topk") is None  # its add only the entries sent
 
 
 def _result(name: str, params: dict, impl: str, n: int, seconds: tuple[float, float, float], payload: int) -> dict:
@@ -54,6 +64,17 @@ def test_summary_rows_take_the_fastest_implementation_and_the_reference() -> Non
     assert by["qsgd", "decode_add"]["reference_gbps"] == 9 * N / 4.0 / 1e9
     # a configuration measured only by the reference has no reference to compare with
     assert by["fp16", "decode"]["impl"] == "reference" and by["fp16", "decode"]["reference_gbps"] is None
+
+
+def test_summary_rows_leave_out_failed_measurements_and_sparse_adds() -> None:
+    results = [_result("topk", {}, "reference", N, (1.0, 2.0, 4.0), 800),
+               _result("topk", {}, "cuda", N, (0.5, 0.25, 0.125), 800),
+               {"compressor": "qsgd", "params": {}, "impl": "cuda", "label": "qsgd", "n": N, "error": "OutOfMemoryError"}]
+    rows = bench.summary_rows(results, [{"n": N, "copy_gbps": 100.0}])
+    by = {(r["compressor"], r["op"]): r for r in rows}
+    assert sorted(by) == [("topk", "decode"), ("topk", "decode_add"), ("topk", "encode")]
+    assert by["topk", "decode"]["gbps"] == (4 * N + 800) / 0.25 / 1e9
+    assert by["topk", "decode_add"]["gbps"] is None and by["topk", "decode_add"]["reference_gbps"] is None
 
 
 def _row(name: str, op: str, gbps: float, reference: float | None, seconds: float = 1.0, n: int = N,
@@ -122,7 +143,8 @@ def test_a_cpu_run_writes_every_row_and_the_copy(tmp_path) -> None:
 
 def test_the_budget_stops_new_measurements_and_says_how_many_were_not_made(tmp_path, monkeypatch) -> None:
     clock = [0.0]
-    monkeypatch.setattr(bench.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(monotonic=lambda: clock[0], perf_counter=time.perf_counter))
+    monkeypatch.setattr(bench.record_, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     measure = bench.bench_one
 
     def late(*args, **kwargs) -> dict:  # the first measurement ends past the budget
@@ -149,3 +171,22 @@ def test_bad_arguments_exit_2_naming_the_option(argv: list[str], message: str, c
     with pytest.raises(SystemExit) as exit_:
         bench.parse_args(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_measurement_that_raises_is_recorded_and_the_next_goes_on(tmp_path, monkeypatch, capsys) -> None:
+    measure = bench.bench_one
+
+    def out_of_memory(name: str, *args, **kwargs) -> dict:
+        if name == "fp16":
+            raise RuntimeError("CUDA out of memory. Tried to allocate 4.00 GiB\nmore")
+        return measure(name, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "bench_one", out_of_memory)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--sizes", "10", "--repeats", "1", "--compressors", "fp16,bf16", "--rotate-mib", "0",
+                       "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert [(r["compressor"], r.get("error")) for r in record["results"]] == [
+        ("fp16", "RuntimeError: CUDA out of memory. Tried to allocate 4.00 GiB"), ("bf16", None)]
+    assert {r["compressor"] for r in record["rows"]} == {"bf16"} and record["not_measured"] == 0
+    assert "fp16             reference  2^10 RuntimeError: CUDA out of memory" in capsys.readouterr().out

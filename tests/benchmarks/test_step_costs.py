@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import types
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +73,8 @@ def test_the_budget_stops_new_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         clock[0] = 10.0
         return _result(0.0625)
 
-    monkeypatch.setattr(step_costs.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(step_costs, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(step_costs.record_, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     monkeypatch.setattr(step_costs.train_loop, "train", train)
     out = tmp_path / "costs.json"
     assert step_costs.main(["--device", "cpu", "--size", "small", "--compressors", "qsgd,fp8", "--budget-s", "5",
