@@ -42,13 +42,11 @@ CPU model, torch version, GPUs, date) and the thread count.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -57,7 +55,6 @@ import compressors
 from compressors.comm import accounting
 from orchestrator.study import env_info
 from orchestrator.study.labels import config_label
-from orchestrator.study.records import write_atomic
 
 from . import record as record_
 
@@ -374,43 +371,33 @@ def main(argv: list[str] | None = None) -> int:
                for impl in args.impls if has_impl(name, impl, device)]
     results: list[dict[str, Any]] = []
     copies: list[dict[str, Any]] = []
-    done = 0
-    record = {**record_.header("benchmarks.compressor_bench", argv, args.device, info),
-              "args": {"sizes": args.sizes, "repeats": args.repeats, "threads": args.threads, "device": args.device,
-                       "cols": args.cols, "impls": args.impls, "compressors": args.compressors,
-                       "rotate_mib": args.rotate_mib, "budget_s": args.budget_s}}
+    record = record_.header("benchmarks.compressor_bench", argv, args, info)
 
     def save() -> None:
         rows = summary_rows(with_ratios(results), copies)
-        record.update({"not_measured": len(planned) - done, "copy": copies, "rows": rows,
+        record.update({"not_measured": len(planned) - len(results), "copy": copies, "rows": rows,
                        "goals": goals(rows), "results": results})
-        if args.json:
-            write_atomic(Path(args.json), json.dumps(record, indent=1))
+        record_.save(record, args.json)
 
     for e in args.sizes:
-        if time.monotonic() > stop_at:
+        if record_.past(stop_at):
             break
         n = 2 ** e
         xs = inputs(n, args.cols, copies_for(n, args.rotate_mib), device)
         outs = [torch.zeros_like(x) for x in xs]  # touched: no run pays the first write's page faults
         copies.append(copy_run(xs, outs, args.repeats))
         for _, name, params, impl in (p for p in planned if p[0] == e):
-            if time.monotonic() > stop_at:
+            if record_.past(stop_at):
                 break
             print(f"  {label(name, params)} {impl} 2^{e} ...", file=sys.stderr, flush=True)
             results.append(measure(name, params, impl, xs, outs, args.repeats))
-            done += 1
             save()
         del xs, outs
     save()
     print(format_table(results, copies), flush=True)
     if record["goals"]:
         print(format_goals(record["goals"]), flush=True)
-    if record["not_measured"]:
-        print(f"# the budget of {args.budget_s:g} s ran out: {record['not_measured']} of {len(planned)} "
-              f"measurements not made", flush=True)
-    if args.json:
-        print(f"# saved {args.json}", flush=True)
+    record_.print_ending(record, len(planned), "measurements", args.budget_s, args.json)
     return 0
 
 

@@ -49,7 +49,7 @@ CPU_STEPS = ("world", "ranks", "training", "bench", "costs")  # what a dry run w
 CPU_DEFAULT_STEPS = CPU_STEPS[:-2]
 GPU_TESTS = ["tests/compressors/cuda/test_cuda_gpu.py", "tests/orchestrator/study/test_cuda_events.py"]
 RANKS = (2, 4)
-BENCH_CAP_S = COSTS_CAP_S = 600
+BENCHMARK_CAP_S = 600
 # The quickstart's workload (sweeps/quickstart.yaml) and methods, and PowerSGD.
 TRAINING = ["--dataset", "mnist", "--model", "mlp", "--width", "256", "--depth", "2", "--epochs", "1",
             "--batch_size", "64", "--optimizer", "sgd", "--lr", "0.05", "--max_steps_per_epoch", "50"]
@@ -275,23 +275,24 @@ def main() -> None:
                 found = sanitizer_errors(tool, step["output"]) if isinstance(step["exit"], int) else None
                 errors = None if errors is None or found is None else errors + found
                 done(step, sanitizer_errors=errors)
+
+        def benchmark(name: str, module: str, result: str, margin_s: float, options: list[str]) -> None:
+            """A benchmark under its own budget, ``margin_s`` inside the step's time (one measurement takes
+            seconds), so that it ends in time to save ``result``; an earlier run's is removed first, so
+            that the summary below is this run's or none."""
+            budget = max(1.0, min(BENCHMARK_CAP_S, runner.left()) - margin_s)
+            (out / result).unlink(missing_ok=True)
+            done(runner.run(name, [py, "-m", module, "--device", "cpu" if args.cpu else "cuda", *options,
+                                   "--budget-s", f"{budget:.0f}", "--json", str(out / result)], BENCHMARK_CAP_S))
+
         if "bench" in steps:
-            # Its own budget ends it early enough to save its table: one measurement takes seconds.
-            budget = max(1.0, min(BENCH_CAP_S, runner.left()) - 45)
-            (out / "bench.json").unlink(missing_ok=True)  # the summary below is this run's or none
-            done(runner.run("bench", [py, "-m", "benchmarks.compressor_bench", "--device", "cpu" if args.cpu else "cuda",
-                                      # a dry run tries the script on one size
-                                      "--sizes", "20" if args.cpu else ",".join(map(str, range(20, args.bench_max_log2 + 1, 2))),
-                                      "--repeats", "3" if args.cpu else "20", "--budget-s", f"{budget:.0f}",
-                                      *(["--rotate-mib", "16"] if args.cpu else []),
-                                      "--json", str(out / "bench.json")], BENCH_CAP_S))
+            # a dry run tries the script on one size
+            benchmark("bench", "benchmarks.compressor_bench", "bench.json", 45, [
+                "--sizes", "20" if args.cpu else ",".join(map(str, range(20, args.bench_max_log2 + 1, 2))),
+                "--repeats", "3" if args.cpu else "20", *(["--rotate-mib", "16"] if args.cpu else [])])
         if "costs" in steps:
-            budget = max(1.0, min(COSTS_CAP_S, runner.left()) - 60)  # a run of GPT-2 small takes seconds
-            (out / "step_costs.json").unlink(missing_ok=True)
-            done(runner.run("costs", [py, "-m", "benchmarks.step_costs", "--device", "cpu" if args.cpu else "cuda",
-                                      *(["--size", "small", "--steps", "3"] if args.cpu else []),
-                                      "--budget-s", f"{budget:.0f}", "--json", str(out / "step_costs.json")],
-                                COSTS_CAP_S))
+            benchmark("costs", "benchmarks.step_costs", "step_costs.json", 60,
+                      ["--size", "small", "--steps", "3"] if args.cpu else [])
     bench = _json(out / "bench.json")
     if "bench" in steps and bench:
         missed = [g["label"] + f" 2^{g['n'].bit_length() - 1}" for g in bench["goals"] if g["met"] is False]

@@ -26,11 +26,9 @@ next one goes on; the exit status is then 1.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +36,6 @@ import numpy as np
 
 import compressors
 from orchestrator.study import train_loop
-from orchestrator.study.records import write_atomic
 
 from . import record as record_
 
@@ -140,23 +137,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     stop_at = record_.deadline(args.budget_s)
-    record: dict[str, Any] = {
-        **record_.header("benchmarks.step_costs", argv, args.device),
-        "args": {"device": args.device, "models": args.models, "compressors": args.compressors, "steps": args.steps,
-                 "size": args.size, "budget_s": args.budget_s}, "rows": []}
+    record: dict[str, Any] = {**record_.header("benchmarks.step_costs", argv, args), "rows": []}
     planned = [(m, c) for m in args.models for c in args.compressors]
 
     def save() -> None:
         record["not_measured"] = len(planned) - len(record["rows"])
-        if args.json:
-            write_atomic(Path(args.json), json.dumps(record, indent=1))
+        record_.save(record, args.json)
 
     with tempfile.TemporaryDirectory() as scratch:
         data_dir = Path(scratch)
         gpt = MODELS["gpt2"][args.size]
         write_tokens(data_dir, gpt["seq_len"], gpt["batch_size"] * args.steps)
         for model, compressor in planned:
-            if time.monotonic() > stop_at:
+            if record_.past(stop_at):
                 break
             print(f"  {model} {compressor} ...", file=sys.stderr, flush=True)
             config = settings_for(model, args.size, compressor, args.steps, args.device == "cuda", data_dir)
@@ -164,11 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
     save()
     print(format_table(record["rows"]), flush=True)
-    if record["not_measured"]:
-        print(f"# the budget of {args.budget_s:g} s ran out: {record['not_measured']} of {len(planned)} runs "
-              f"not made", flush=True)
-    if args.json:
-        print(f"# saved {args.json}", flush=True)
+    record_.print_ending(record, len(planned), "runs", args.budget_s, args.json)
     return 1 if any(r["status"] == "failed" for r in record["rows"]) else 0
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import types
 from pathlib import Path
 
 import numpy as np
@@ -66,15 +65,11 @@ def test_a_run_that_raises_is_recorded_and_the_next_goes_on(tmp_path: Path, monk
     assert record["not_measured"] == 0 and record["command"].startswith("python -m benchmarks.step_costs --device cpu")
 
 
-def test_the_budget_stops_new_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = [0.0]
-
+def test_the_budget_stops_new_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: list[float]) -> None:
     def train(config: dict) -> dict:  # the first run ends past the budget
         clock[0] = 10.0
         return _result(0.0625)
 
-    monkeypatch.setattr(step_costs, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
-    monkeypatch.setattr(step_costs.record_, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     monkeypatch.setattr(step_costs.train_loop, "train", train)
     out = tmp_path / "costs.json"
     assert step_costs.main(["--device", "cpu", "--size", "small", "--compressors", "qsgd,fp8", "--budget-s", "5",
