@@ -36,8 +36,9 @@ import compressors
 from compressors.comm import accounting
 from orchestrator.study import env_info
 from orchestrator.study.labels import config_label
-
 from tests.distributed import run_ranks
+
+from . import record as record_
 
 DEFAULT_SIDES = (64, 128, 256, 512, 1024, 2048, 4096)
 MAX_SIDE = 8192
@@ -192,10 +193,6 @@ def format_speedups(rows: list[dict]) -> str:
 # ---------------------------------------------------------------- main
 
 
-def _names(text: str | None) -> list[str] | None:
-    return None if text is None else [s.strip() for s in text.split(",") if s.strip()]
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.allreduce_bench", description=__doc__.split("\n")[0])
     p.add_argument("--num_workers", type=int, default=2, help="number of processes (ranks)")
@@ -222,7 +219,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--sides {args.sides!r} is invalid; valid: comma-separated ints in [1, {MAX_SIDE}]")
     if not args.sides or any(not 1 <= s <= MAX_SIDE for s in args.sides):
         p.error(f"--sides {args.sides} is invalid; valid: comma-separated ints in [1, {MAX_SIDE}]")
-    chosen, algos = _names(args.compressors), _names(args.algorithms)
+    chosen, algos = (None if text is None else record_.names(text) for text in (args.compressors, args.algorithms))
     for flag, given, valid in (("--compressors", chosen, names), ("--algorithms", algos, compressors.ALGORITHMS)):
         bad = [s for s in given or [] if s not in valid]
         if bad:

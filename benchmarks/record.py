@@ -50,6 +50,11 @@ def print_ending(record: dict[str, Any], planned: int, what: str, budget_s: floa
         print(f"# saved {path}", flush=True)
 
 
+def names(text: str) -> list[str]:
+    """The entries of a comma separated option, blanks dropped."""
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
 def add_options(ap: argparse.ArgumentParser) -> None:
     """``--device`` and ``--budget-s``, which several benchmarks take alike."""
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

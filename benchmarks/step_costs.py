@@ -121,8 +121,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--size", choices=("full", "small"), default="full")
     record_.add_options(ap)
     args = ap.parse_args(argv)
-    args.models = [s.strip() for s in args.models.split(",") if s.strip()]
-    args.compressors = [s.strip() for s in args.compressors.split(",") if s.strip()]
+    args.models = record_.names(args.models)
+    args.compressors = record_.names(args.compressors)
     if not args.models or any(m not in MODELS for m in args.models):
         ap.error(f"--models: a comma separated subset of {', '.join(MODELS)} expected")
     if not args.compressors or any(c not in compressors.NAMES for c in args.compressors):
