@@ -345,14 +345,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not 0 <= args.rotate_mib <= 2 ** 16:
         ap.error(f"--rotate-mib: MiB in [0, 65536] expected, got {args.rotate_mib}")
     if args.compressors is not None:
-        args.compressors = record_.names(args.compressors)
-        unknown = [s for s in args.compressors if s not in compressors.COMPRESSORS]
-        if unknown:
-            ap.error(f"--compressors: unknown {unknown}; valid: {list(compressors.COMPRESSORS)}")
+        args.compressors = record_.subset(ap, "--compressors", args.compressors, compressors.COMPRESSORS)
     default = "reference,numba" if args.device == "cpu" else "reference,cuda"
-    args.impls = record_.names(args.impls or default)
-    if not args.impls or any(i not in compressors.IMPLS[1:] for i in args.impls):
-        ap.error(f"--impls: a comma separated subset of {', '.join(compressors.IMPLS[1:])} expected")
+    args.impls = record_.subset(ap, "--impls", args.impls or default, compressors.IMPLS[1:])
     record_.check_options(ap, args)
     return args
 

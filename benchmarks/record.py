@@ -5,6 +5,7 @@ import argparse
 import json
 import math
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,15 @@ def print_ending(record: dict[str, Any], planned: int, what: str, budget_s: floa
 def names(text: str) -> list[str]:
     """The entries of a comma separated option, blanks dropped."""
     return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def subset(ap: argparse.ArgumentParser, option: str, text: str, valid: Iterable[str]) -> list[str]:
+    """The entries of ``option``; exit 2 naming it unless they are a non-empty subset of ``valid``."""
+    valid = list(valid)
+    chosen = names(text)
+    if not chosen or any(c not in valid for c in chosen):
+        ap.error(f"{option}: a comma separated subset of {', '.join(valid)} expected")
+    return chosen
 
 
 def add_options(ap: argparse.ArgumentParser) -> None:

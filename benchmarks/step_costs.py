@@ -121,12 +121,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--size", choices=("full", "small"), default="full")
     record_.add_options(ap)
     args = ap.parse_args(argv)
-    args.models = record_.names(args.models)
-    args.compressors = record_.names(args.compressors)
-    if not args.models or any(m not in MODELS for m in args.models):
-        ap.error(f"--models: a comma separated subset of {', '.join(MODELS)} expected")
-    if not args.compressors or any(c not in compressors.NAMES for c in args.compressors):
-        ap.error(f"--compressors: a comma separated subset of {', '.join(compressors.NAMES)} expected")
+    args.models = record_.subset(ap, "--models", args.models, MODELS)
+    args.compressors = record_.subset(ap, "--compressors", args.compressors, compressors.NAMES)
     if not 1 <= args.steps <= 1000:
         ap.error(f"--steps: an integer in [1, 1000] expected, got {args.steps}")
     record_.check_options(ap, args)

@@ -161,6 +161,8 @@ def test_the_budget_stops_new_measurements_and_says_how_many_were_not_made(tmp_p
     (["--budget-s", "0"], "--budget-s: a number of seconds > 0"),
     (["--budget-s", "nan"], "--budget-s: a number of seconds > 0"),
     (["--impls", "cudaa"], "--impls: a comma separated subset"),
+    (["--compressors", "qsgd,nope"], "--compressors: a comma separated subset of"),
+    (["--compressors", ","], "--compressors: a comma separated subset of"),
 ])
 def test_bad_arguments_exit_2_naming_the_option(argv: list[str], message: str, capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
