@@ -36,8 +36,9 @@ inside its host 0.
 
 Flags are spelled as the settings they set, with underscores.
 
-Exit status: 0 done (failed trials are results too), 1 interrupted or a runtime
-error, 2 a bad sweep file or usage.
+Exit status: 0 done, at least one trial ok (failed trials are results too); 1 no
+trial finished ok, interrupted, or a runtime error; 2 a bad sweep file (the
+preflight's findings included) or usage.
 """
 
 from __future__ import annotations
@@ -75,12 +76,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("sweep", type=Path)
     run.add_argument("--address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
     run.add_argument("--results", type=Path, default=None,
-                     help="the sweep's results folder (default: results/<sweep name>); under `ray job submit` "
+                     help="the sweep's results folder (default: results/<sweep name>, or the results folder whose "
+                          "copy of the sweep file this is); under `ray job submit` "
                           "required, as an absolute path on the node the job's driver runs on")
     run.add_argument("--resume", action="store_true", help="run only the trials without a record")
     run.add_argument("--dry_run", action="store_true", help="list the trials, start nothing")
     run.add_argument("--max_concurrent_trials", type=int, metavar="N",
                      help="trials at the same time (default: the sweep's max_concurrent_trials)")
+    # The driver that `run` starts inside an emulated host: the preflight ran before the cluster came up.
+    run.add_argument("--preflight_done", action="store_true", help=argparse.SUPPRESS)
     export = commands.add_parser("export", help="rebuild tables and plots of a results folder")
     export.add_argument("results", type=Path)
     for command, text in (("predict", "predict each configuration's step time on another cluster"),
@@ -316,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         sweep = load_sweep(args.sweep)
+        if sweep.preflight and not getattr(args, "preflight_done", False):
+            from .study.preflight import check_sweep
+
+            check_sweep(sweep, Path.cwd())
     except SweepFileError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -338,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     from .cluster.netns import NetworkError
     from .study.records import UNWRITABLE, folder_problem
 
-    results = (args.results or Path("results") / sweep.name).resolve()
+    results = (args.results or _default_results(sweep)).resolve()
     problem = folder_problem(results, sweep.name)  # before an emulated cluster comes up for it
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -393,7 +401,30 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     _print_outcome(results)
-    return 1 if unfinished else 0
+    if unfinished:
+        return 1
+    return 0 if _any_ok(results, {trial["trial_id"] for trial in sweep.trials}) else 1
+
+
+def _any_ok(results: Path, grid: set[str]) -> bool:
+    """Whether a trial of the sweep finished ok; says so where none did (``run`` then exits 1)."""
+    from .study.records import read_records
+
+    if any(record["status"] == "ok" for record in read_records(results) if record["trial_id"] in grid):
+        return True
+    print("no trial finished ok (exit status 1): their reasons are above and in summary.md", file=sys.stderr)
+    return False
+
+
+def _default_results(sweep: Sweep) -> Path:
+    """results/<sweep name>, or the results folder the sweep file is the copy of (`run RESULTS/sweep.yaml
+    --resume` from anywhere)."""
+    from .study.records import MARKER, folder_sweep
+
+    folder = sweep.path.resolve().parent
+    if sweep.path.name == "sweep.yaml" and (folder / MARKER).is_file() and folder_sweep(folder) == sweep.name:
+        return folder
+    return Path("results") / sweep.name
 
 
 def _refresh(results: Path) -> None:
@@ -472,7 +503,7 @@ def _run_emulated(args: argparse.Namespace, sweep: Sweep, results: Path) -> int:
 def _driver_in(cluster: Any, args: argparse.Namespace, results: Path) -> int:
     """Run this command again as the driver inside the cluster's host 0; its exit status."""
     argv = [sys.executable, "-m", "orchestrator", "run", str(args.sweep.resolve()), "--results", str(results),
-            "--address", cluster.address]
+            "--address", cluster.address, "--preflight_done"]
     if args.resume:
         argv.append("--resume")
     if args.max_concurrent_trials is not None:

@@ -9,10 +9,13 @@ as Ray's and PyTorch's examples take the user's own ``nn.Module``:
 
 The same loader imports the modules of a sweep's ``imports:`` list (a module
 name or a ``.py`` file), which register what they define (a compressor
-subclass registers itself). On a node where a referenced file's path does not
-exist, the module is imported by its file's name: the runner ships the files
-to every Ray node through ``runtime_env`` (``py_modules``), which puts them on
-the path under that name.
+subclass registers itself). A file is imported under a name of its own,
+``lowprec_user_<hash of its path>`` (``module_name``), never its file's name:
+a file named like a package of this project, a module of the standard
+library or another file of the same name shadows nothing. The runner ships
+each file to every Ray node through ``runtime_env`` (``py_modules``) as a
+copy under that name (``shipped``); on a node where the file's path does not
+exist, it is imported by that name. No bytecode is written beside the user's file.
 """
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import os
 import re
+import shutil
 import sys
 import sysconfig
 from collections.abc import Callable, Mapping
@@ -62,14 +67,14 @@ def import_module(where: str) -> ModuleType:
             return importlib.import_module(where)
         path = Path(where)
         if not path.is_file():
-            # Not on this node: the runner shipped it through Ray's py_modules, on the path by its name.
-            if path.is_absolute() and path.stem.isidentifier() and importlib.util.find_spec(path.stem):
-                return importlib.import_module(path.stem)
+            # Not on this node: the runner shipped it through Ray's py_modules, on the path by its own name.
+            if path.is_absolute() and importlib.util.find_spec(module_name(where)):
+                return importlib.import_module(module_name(where))
             raise ReferenceProblem(f"no file {where}")
-        path = path.resolve()
-        if path not in _FILES:
-            _FILES[path] = _load_file(path)
-        return _FILES[path]
+        resolved = path.resolve()
+        if resolved not in _FILES:
+            _FILES[resolved] = _load_file(resolved, module_name(where))
+        return _FILES[resolved]
     except ReferenceProblem:
         raise
     except ModuleNotFoundError as error:
@@ -82,21 +87,27 @@ def import_module(where: str) -> ModuleType:
             from None
 
 
-def _load_file(path: Path) -> ModuleType:
-    # Known by its file's name where that is free, so that pickling its classes (DataLoader workers
-    # that spawn) finds it; otherwise by a name of its own that no other module has.
-    name = path.stem if path.stem.isidentifier() and path.stem not in sys.modules else \
-        f"lowprec_user_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+def module_name(where: str) -> str:
+    """The name a ``.py`` file is imported under, on every node: from its absolute path, so that two files of
+    one name in different folders differ, and no file shadows another module."""
+    return f"lowprec_user_{hashlib.sha256(os.path.abspath(where).encode()).hexdigest()[:12]}"
+
+
+def _load_file(path: Path, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ReferenceProblem(f"cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    sys.modules[name] = module  # its classes pickle by this name (Ray, DataLoader workers)
+    writes = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True  # no __pycache__ beside the user's file
     try:
         spec.loader.exec_module(module)
     except BaseException:
         del sys.modules[name]
         raise
+    finally:
+        sys.dont_write_bytecode = writes
     return module
 
 
@@ -141,10 +152,11 @@ def source(text: str) -> dict[str, str | None]:
     return {"reference": text, "file": file, "sha256": digest}
 
 
-def shipped(texts: list[str]) -> list[str]:
+def shipped(texts: list[str], stage: Path) -> list[str]:
     """What Ray's ``py_modules`` must carry so that every node can import these references and imports:
-    each ``.py`` file, and the top-level package of each module that is not installed (not under the
-    interpreter's library folders) nor part of this project."""
+    each ``.py`` file as a copy in ``stage`` named as it is imported (``module_name``), and the top-level
+    package of each module that is not installed (not under the interpreter's library folders) nor part of
+    this project."""
     installed = {Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
                  if (p := sysconfig.get_paths().get(key))}
     ours = Path(__file__).resolve().parent.parent
@@ -152,7 +164,11 @@ def shipped(texts: list[str]) -> list[str]:
     for text in texts:
         where = split(text)[0] if is_reference(text) else text
         if where.endswith(".py"):
-            path = str(Path(where).resolve())
+            stage.mkdir(parents=True, exist_ok=True)
+            path = str(stage / f"{module_name(where)}.py")
+            temporary = stage / f".{module_name(where)}.tmp"
+            shutil.copyfile(where, temporary)
+            os.replace(temporary, path)
         else:
             top = import_module(where.split(".")[0])
             origin = getattr(top, "__file__", None)

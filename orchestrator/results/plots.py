@@ -38,6 +38,7 @@ from compressors.core.params import rate_bps
 from ..study.records import atomic_path
 from .summary import study_line
 from .tables import config_labels, numeric, quality, step_time_table, targets
+from .writing import making
 
 __all__ = ["warm", "write_plots"]
 
@@ -67,7 +68,9 @@ def warm() -> None:
 
 def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path, title: str = "") -> list[Path]:
     """Draw the figures from tables.trials_table and tables.history_table into ``folder``; ``title``:
-    the sweep's name. Each is written to a temporary file and renamed."""
+    the sweep's name. Each is written to a temporary file and renamed. A panel with nothing to draw (no
+    "ok" trial there: every trial failed) says so in words. A figure that cannot be drawn raises an
+    OSError naming it (writing.making), as one that cannot be written does."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: works without a display, also inside Ray
@@ -76,15 +79,16 @@ def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path, title
     if trials.empty:
         return []
     folder.mkdir(parents=True, exist_ok=True)
-    bars = step_time_table(trials)
-    trials = trials.assign(label=config_labels(trials))
-    labels = list(dict.fromkeys(trials["label"]))
-    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
-    colours = {label: cmap(i % 20) for i, label in enumerate(labels)}
-    workers = sorted(set(trials["num_workers"].tolist()))
-    several = [w for w in workers if w > 1]
-    heading = f"{title}: {study_line(trials)}" if title else study_line(trials)
-    judged = quality(trials)
+    with making(folder):
+        bars = step_time_table(trials)
+        trials = trials.assign(label=config_labels(trials))
+        labels = list(dict.fromkeys(trials["label"]))
+        cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+        colours = {label: cmap(i % 20) for i, label in enumerate(labels)}
+        workers = sorted(set(trials["num_workers"].tolist()))
+        several = [w for w in workers if w > 1]
+        heading = f"{title}: {study_line(trials)}" if title else study_line(trials)
+        judged = quality(trials)
     figures = [("answer.png", lambda: _answer(plt, trials, colours, workers, judged)),
                (f"{judged.short}_vs_time.png", lambda: _metric_vs_time(plt, trials, history, colours, workers, judged))]
     if several:
@@ -96,16 +100,23 @@ def write_plots(trials: pd.DataFrame, history: pd.DataFrame, folder: Path, title
         figures.append(("speedup_vs_bandwidth.png", lambda: _speedup_vs_bandwidth(plt, trials, cmap, several)))
     paths = []
     for name, draw in figures:
-        figure = draw()
-        figure.suptitle(heading, fontsize=9, y=1.02)
         path = folder / name
-        try:
-            with atomic_path(path) as temporary:
-                figure.savefig(temporary, format="png", dpi=110, bbox_inches="tight")
-        finally:
-            plt.close(figure)
+        with making(path):
+            figure = draw()
+            try:
+                figure.suptitle(heading, fontsize=9, y=1.02)
+                with atomic_path(path) as temporary:
+                    figure.savefig(temporary, format="png", dpi=110, bbox_inches="tight")
+            finally:
+                plt.close(figure)
         paths.append(path)
     return paths
+
+
+def _nothing_here(ax, why: str) -> None:
+    """Say in the panel ``ax`` that it has nothing to draw, and why."""
+    ax.text(0.5, 0.5, f"nothing to draw:\n{why}", transform=ax.transAxes, ha="center", va="center", fontsize=9,
+            color="grey")
 
 
 def _answer(plt, trials, colours, workers, judged):
@@ -122,6 +133,9 @@ def _answer(plt, trials, colours, workers, judged):
         y = numeric(here[judged.delta]) * judged.scale
         hollow = (here["speedup_basis"] == "step_time") if w > 1 else pd.Series(False, index=here.index)
         frame = pd.DataFrame({"x": x, "y": y, "hollow": hollow, "label": here["label"]}).dropna(subset=["x", "y"])
+        if frame.empty:
+            _nothing_here(ax, f"no \"ok\" trial with both its {'overhead' if w == 1 else 'speedup'} and its "
+                              f"{judged.name} change vs fp32")
         for label, group in frame.groupby("label", sort=False):
             # one seed has no spread: no error bar rather than a NaN one
             xerr = group["x"].std() if len(group) > 1 else None
@@ -157,7 +171,10 @@ def _bytes_sent(plt, trials, labels, workers):
         ax.bar([i + j * width for i in range(len(labels))], heights, width=width, label=f"{w} workers")
     ax.set_xticks([i + width * (len(workers) - 1) / 2 for i in range(len(labels))], labels, rotation=60,
                   ha="right", fontsize=7)
-    ax.set_yscale("log")
+    if (means > 0).any():  # a log axis needs a value above 0
+        ax.set_yscale("log")
+    else:
+        _nothing_here(ax, "no \"ok\" trial of 2 or more workers sent bytes")
     ax.set_ylabel("bytes one worker sends per step (mean over seeds)")
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
@@ -171,7 +188,7 @@ def _metric_vs_time(plt, trials, history, colours, workers, judged):
         shown = set()
         for trial in trials[trials["num_workers"] == w].to_dict("records"):
             curve = epochs.get(trial["trial_id"])
-            if curve is None:
+            if curve is None or judged.metric not in curve or numeric(curve[judged.metric]).isna().all():
                 continue
             label = trial["label"]
             ax.plot(pd.to_numeric(curve["train_time_s"], errors="coerce"),
@@ -183,6 +200,8 @@ def _metric_vs_time(plt, trials, history, colours, workers, judged):
             if pd.notna(reached) and goal:  # the crossing, at step resolution, between the epochs' points
                 ax.plot([reached], [goal[0][1]], marker="x", markersize=7, color=colours[label])
             shown.add(label)
+        if not shown:
+            _nothing_here(ax, f"no trial reported a {judged.metric.replace('_', ' ')}")
         for metric, value in targets(trials):
             if metric == judged.metric:
                 ax.axhline(value, color="grey", linestyle="--", linewidth=0.8)
@@ -208,6 +227,8 @@ def _speedup_vs_workers(plt, trials, colours, workers):
             for w, value in points.items():
                 ax.plot([w], [value], marker="o", color=colours[label],
                         markerfacecolor="none" if hollow[(label, w)] else colours[label])
+    if means.empty:
+        _nothing_here(ax, "no \"ok\" trial of 2 or more workers has a speedup vs fp32")
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xticks(workers)
     ax.set_xlabel("workers (hollow: target not reached, step time compared)")
@@ -232,10 +253,14 @@ def _speedup_vs_bandwidth(plt, trials, cmap, workers):
             if name in means.index.get_level_values(0):
                 points = means.loc[name].sort_index()
                 ax.plot(points.index, points.to_numpy(), marker="o", color=cmap(i % 20), label=name)
+        if means.empty:
+            _nothing_here(ax, "no \"ok\" trial has a speedup vs fp32")
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
         ax.set_xscale("log")
         ticks = sorted(set(zip(bps[here], trials["bandwidth"][here])))
         ax.set_xticks([t for t, _ in ticks], [text for _, text in ticks])
+        if means.empty and ticks:  # no line sets the axis: span the bandwidths
+            ax.set_xlim(ticks[0][0] / 2, ticks[-1][0] * 2)
         ax.minorticks_off()
         ax.set_title(f"{w} worker{'s' if w > 1 else ''}")
         ax.set_xlabel("link bandwidth (each way)")

@@ -8,7 +8,7 @@ accuracy (or test loss) and time to target, and the speedup vs fp32 from two wor
 (with one worker nothing is communicated: the overhead vs fp32's step instead),
 as mean ± sample standard deviation over the "ok" trials (seeds) with their
 number; then where a step's time went (``tables.step_time_table``); then the
-trials that did not finish "ok", with their reason.
+trials that did not finish "ok": each distinct reason once, with how many trials it ended.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from ..study.labels import format_value
+from ..study.records import FINISHED, SKIPPED
 from .tables import config_labels, numeric, quality, step_time_table, targets
 
 __all__ = ["summary_markdown", "study_line"]
@@ -52,7 +53,7 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
     goals = f" Target: {goals}." if goals else ""
     lines = [f"# {title}", "", f"{study_line(trials)}.", "",
              f"{len(trials)} trials: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in
-                                                   ("ok", "unstable", "diverged", "failed")) + f".{goals}", ""]
+                                                   FINISHED if s != SKIPPED or counts.get(s, 0)) + f".{goals}", ""]
     if figure:
         lines += [f"![{judged.name} change against speedup]({figure})", ""]
     lines += [
@@ -100,13 +101,23 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
         lines.append("| " + " | ".join(cells) + " |")
 
     lines += _step_time_lines(ok.drop(columns="label"))
-    not_ok = trials[trials["status"] != "ok"]
-    if not not_ok.empty:
-        lines += ["", "## Trials that did not finish ok", ""]
-        lines += [f"- `{r['name']}` ({r['trial_id']}): {r['status']}: "
-                  f"{r['reason'] if isinstance(r['reason'], str) and r['reason'] else 'no reason given'}"
-                  for r in not_ok.to_dict("records")]
+    lines += _not_ok_lines(trials[trials["status"] != "ok"])
     return "\n".join(lines) + "\n"
+
+
+def _not_ok_lines(not_ok: pd.DataFrame, shown: int = 3) -> list[str]:
+    """Each distinct status and reason of the trials that did not finish ok, once, with how many trials it
+    ended and the first ``shown`` of them."""
+    if not_ok.empty:
+        return []
+    reasons = not_ok["reason"].map(lambda r: r if isinstance(r, str) and r else "no reason given")
+    lines = ["", "## Trials that did not finish ok", ""]
+    for (status, reason), group in not_ok.groupby([not_ok["status"], reasons], sort=False):
+        names = [f"`{name}` ({trial_id})" for name, trial_id in zip(group["name"], group["trial_id"])]
+        more = f", and {len(names) - shown} more" if len(names) > shown else ""
+        lines.append(f"- {status}, {len(names)} trial{'s' if len(names) > 1 else ''}: {reason}. "
+                     f"{', '.join(names[:shown])}{more}")
+    return lines
 
 
 def _overlaps_one(stats: pd.Series) -> bool:

@@ -113,13 +113,15 @@ EPOCH: tuple[Column, ...] = (
 
 # trials.csv: one value per trial, after the trial's id columns and settings, in this order.
 ID: tuple[Column, ...] = (
-    Column("trial_id", "", "the stable id of the trial (a hash of its settings)"),
+    Column("trial_id", "", "the stable id of the trial (a hash of its settings, a file of the user's code by its "
+           "name and contents)"),
     Column("name", "", "the trial's readable name"),
     Column("status", "", "ok; unstable (over two or more epochs, training collapsed or never learned without a "
            "NaN: the training loss ended at more than twice its lowest epoch's, or the test accuracy fell back to, "
            "or never rose above, what a constant prediction scores; orchestrator.study.stability); diverged (the training or test loss became NaN/inf, or a parameter is "
            "not finite after the epoch's last step: the loop stopped); failed (an exception, workers lost beyond "
-           "max_failures, or workers that could not be placed)"),
+           "max_failures, workers that could not be placed, or a time limit passed); skipped (not run: every trial "
+           "whose workers ran had failed with the same reason, which it repeats; a resume runs it)"),
     Column("reason", "", "why a trial is not ok (empty otherwise)"),
 )
 

@@ -32,6 +32,8 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from .failures import death_reason, reason_of
+
 # Ray Train's default: a collective that waits longer than this on a stuck peer fails the trial.
 _PROCESS_GROUP_TIMEOUT_S = 1800
 _AT_ONCE_S = 1.0  # a placement group that free resources can hold is placed well within this
@@ -43,7 +45,16 @@ class PlacementTimeout(RuntimeError):
 
 
 class WorkerFailure(RuntimeError):
-    """A rank of the gang failed (raised, or its process died); the gang is gone."""
+    """A rank of the gang failed (raised, or its process died); the gang is gone. ``reason``: the error's type
+    and first line, or how the worker died; ``detail``: the worker's whole traceback, or Ray's account."""
+
+    def __init__(self, reason: str, detail: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+class TrialTimeout(RuntimeError):
+    """A trial's workers passed a time limit (the start-up's, or the trial's); the gang is gone."""
 
 
 @ray.remote
@@ -109,12 +120,16 @@ class TrialWorker:
                 gauges.update(metrics)
                 reports.put({"epoch_metrics": metrics})
 
+        def started() -> None:  # the first step done: the start-up's limit no longer applies
+            if rank == 0:
+                reports.put({"started": True})
+
         def work() -> None:
             try:
                 # Where the workers ran: the record shows whether a trial's workers shared a node.
                 node_ips = [ray.util.get_node_ip_address()] * world
                 dist.all_gather_object(node_ips, ray.util.get_node_ip_address())
-                outcome = train(config, report=report, threads=threads)
+                outcome = train(config, report=report, threads=threads, started=started)
                 # One string each: Tune's loggers take scalars and dicts, not lists.
                 reports.put({"outcome": {**{key: outcome[key] for key in ("status", "reason", "model_summary")},
                                          "worker_node_ips": " ".join(node_ips),
@@ -206,23 +221,32 @@ class Gang:
         return env
 
     def run(self, num_workers: int, backend: str, config: dict[str, Any], sweep: str, trial: str,
-            threads: int | None) -> Iterator[dict[str, Any]]:
+            threads: int | None, limits: Limits | None = None) -> Iterator[dict[str, Any]]:
         """Run one trial on the first ``num_workers`` ranks; yields rank 0's reports. WorkerFailure (the
-        gang killed) where a rank fails, with the first failure's error as its cause."""
+        gang killed) where a rank fails, with the first failure's error as its cause; TrialTimeout (the gang
+        killed) where one of ``limits`` passes."""
         port = ray.get(self.actors[0].free_port.remote())
         streams = [a.run.options(num_returns="streaming").remote({**env, "MASTER_PORT": str(port)}, backend,
                                                                   config, sweep, trial, threads)
                    for a, env in zip(self.actors, self.environments(num_workers))]
         pending = list(streams)
         failure, failed = None, None
+        limits = limits or Limits()
+        limits.begin()
         try:
             while pending:
-                ready, _ = ray.wait(pending, num_returns=1)
+                ready, _ = ray.wait(pending, num_returns=1, timeout=limits.left())
+                if not ready:
+                    self.kill()
+                    raise TrialTimeout(limits.passed())
                 stream = ready[0]
                 try:
                     item = ray.get(next(stream))
                 except StopIteration:
                     pending.remove(stream)
+                    continue
+                if item.get("started"):
+                    limits.started = True
                     continue
                 yield item
         except ray.exceptions.RayError as error:
@@ -232,13 +256,52 @@ class Gang:
         if failed is not streams[0] and streams[0] in pending:
             yield from _drain(streams[0])
         self.kill()
-        cause = failure.cause if isinstance(failure, ray.exceptions.RayTaskError) and failure.cause else failure
-        raise WorkerFailure(str(cause)) from cause
+        raise _failure(failure, streams.index(failed))
 
     def kill(self) -> None:
         for actor in self.actors:
             ray.kill(actor)
         remove_placement_group(self.group)
+
+
+class Limits:
+    """A trial's time limits: the start-up's (from each start of its workers to the end of the first step) and
+    the whole trial's (from its first start, restarts included); None: no limit."""
+
+    def __init__(self, startup_s: float | None = None, trial_s: float | None = None) -> None:
+        self.startup_s, self.trial_s = startup_s, trial_s
+        self.deadline = None if trial_s is None else time.monotonic() + trial_s
+        self.begin()
+
+    def begin(self) -> None:
+        """The workers start (again): the start-up's limit runs from now."""
+        self.started = False
+        self.startup = None if self.startup_s is None else time.monotonic() + self.startup_s
+
+    def left(self) -> float | None:
+        """Seconds until the nearest limit (None: none applies)."""
+        ends = [t for t in (None if self.started else self.startup, self.deadline) if t is not None]
+        return max(0.0, min(ends) - time.monotonic()) if ends else None
+
+    def passed(self) -> str:
+        """Which limit passed, as a trial's reason."""
+        if not self.started and self.startup is not None and (self.deadline is None or self.startup <= self.deadline):
+            return (f"the first training step was not done within startup_timeout_s = {self.startup_s:g} s of the "
+                    "workers' start (building the data and model, or the first step, took longer or hung)")
+        return f"the trial ran past trial_timeout_s = {self.trial_s:g} s"
+
+
+def _failure(error: Exception, rank: int) -> WorkerFailure:
+    """A rank's error as a WorkerFailure: the user's exception in its own words with the worker's traceback,
+    or how the worker died."""
+    if isinstance(error, ray.exceptions.RayTaskError) and error.cause is not None:
+        failure = WorkerFailure(reason_of(error.cause), str(error))
+        failure.__cause__ = error.cause
+        return failure
+    if isinstance(error, (ray.exceptions.ActorDiedError, ray.exceptions.OutOfMemoryError,
+                          ray.exceptions.WorkerCrashedError)):
+        return WorkerFailure(death_reason(str(error), rank), str(error))
+    return WorkerFailure(reason_of(error), str(error))
 
 
 def _drain(stream: Any) -> Iterator[dict[str, Any]]:

@@ -4,6 +4,9 @@ Layout of ``<results>/<sweep name>/``::
 
     .lowprec              marks the folder as a results folder of this tool: {"sweep": its name}
     sweep.yaml            copy of the sweep file that was run
+    code/                 copies of the user's .py files it names, at their paths relative to it ('..' as
+                          __parent__, an absolute path under __root__): `run RESULTS/sweep.yaml --resume`
+                          finds them here wherever the folder lies; code/.shipped/ what Ray ships to its nodes
     environment.json      versions, host, CPU and GPUs (orchestrator.study.env_info)
     trials/<trial_id>.json  one record per finished trial (written when it finishes)
     trials.csv, trials.parquet, history.csv, summary.md, plots/   (orchestrator.results.export)
@@ -18,8 +21,9 @@ so a full disk or a killed process leaves the old file or the new one, never a p
 
 A record is ``{"trial_id", "name", "settings", "status", "reason", "history",
 "model_summary", "attempts", "worker_node_ips", "link", "traceback", "sources", "finished_at"}``:
-``status`` is "ok", "unstable", "diverged" or "failed", ``reason`` says why a trial did not
-finish "ok", ``history`` holds the per-epoch metrics the training loop reported
+``status`` is "ok", "unstable", "diverged", "failed" or "skipped" (not run: the sweep stopped because
+every trial that ended had failed with one reason, which its reason repeats; a resume runs it), ``reason``
+says why a trial did not finish "ok", ``history`` holds the per-epoch metrics the training loop reported
 in its last attempt (``attempts`` counts the starts of the trial's workers: a
 restart under ``max_failures`` begins the epochs again), ``worker_node_ips`` the
 node of each rank, ``link`` the emulated links (hosts, workers_per_host, bandwidth,
@@ -47,7 +51,9 @@ import yaml
 
 from .settings import param
 
-FINISHED = ("ok", "unstable", "diverged", "failed")
+CODE = "code"
+FINISHED = ("ok", "unstable", "diverged", "failed", "skipped")
+SKIPPED = "skipped"
 MARKER = ".lowprec"
 # Errors that say a folder cannot be written at all (the folder chosen, not a passing failure).
 UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
@@ -55,6 +61,14 @@ UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 def trials_dir(results: Path) -> Path:
     return results / "trials"
+
+
+def kept_code(results: Path, written: str) -> Path:
+    """Where a results folder keeps its copy of the user's file ``written`` (as the sweep file names it)."""
+    parts = Path(written).parts
+    if Path(written).is_absolute():
+        parts = ("__root__", *parts[1:])
+    return results / CODE / Path(*("__parent__" if part == ".." else part for part in parts))
 
 
 def make_record(trial: dict[str, Any], status: str, reason: str | None,
@@ -206,8 +220,8 @@ def _current(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def finished_ids(results: Path) -> set[str]:
-    """Trial ids that have a record: a resumed sweep does not run them again."""
-    return {r["trial_id"] for r in read_records(results)}
+    """Trial ids that have a record of a run (not of a skipped trial): a resumed sweep does not run them again."""
+    return {r["trial_id"] for r in read_records(results) if r["status"] != SKIPPED}
 
 
 # ---------------------------------------------------------------- the folder

@@ -49,7 +49,8 @@ from . import env_info, predictor_inputs
 from .sweep_file import Sweep, training_settings
 from ..cluster.emulation import HEADROOM, HOST_RESOURCE, Cluster
 from .progress import Progress
-from .records import (atomic_path, claim, finished_ids, folder_problem, make_record, read_records, retire,
+from .failures import reason_of
+from .records import (CODE, SKIPPED, atomic_path, kept_code, claim, finished_ids, folder_problem, make_record, read_records, retire,
                       trials_dir, write_atomic, write_record)
 
 _OBJECT_STORE_BYTES = 256 * 1024**2  # trials exchange only metrics; keep local Ray small
@@ -126,8 +127,10 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
                 emulation: Cluster | None, refresh: Callable[[Path], Any] | None,
                 finish: Callable[[Path], Any]) -> tuple[Path, int]:
     grid = {trial["trial_id"] for trial in sweep.trials}
-    recorded = {record["trial_id"] for record in read_records(results)}
-    done, others = recorded & grid, sorted(recorded - grid)
+    records = read_records(results)
+    recorded = {record["trial_id"] for record in records}
+    done = {record["trial_id"] for record in records if record["status"] != SKIPPED} & grid
+    others = sorted(recorded - grid)
     if (done or others) and not resume:
         raise ResultsExist(_holds(results, len(done), len(others)))
     copy = results / "sweep.yaml"
@@ -142,6 +145,11 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     if not edited_in_place:
         with atomic_path(copy) as temporary:
             shutil.copyfile(sweep.path, temporary)
+    for written, path in sweep.files.items():  # the user's files, for a resume from the copy, anywhere
+        kept = kept_code(results, written)
+        if not (kept.exists() and kept.samefile(path)):
+            with atomic_path(kept) as temporary:
+                shutil.copyfile(path, temporary)
     todo = [trial for trial in sweep.trials if trial["trial_id"] not in done]
     measuring = _predictor_input_trials(sweep, emulation, max_concurrent_trials or sweep.max_concurrent_trials)
     extra = [trial for trial in measuring if trial["trial_id"] not in measured]
@@ -163,13 +171,13 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     grid_todo, todo = todo, todo + extra
 
     restore_sigterm = _sigterm_as_ctrl_c()
-    ended = False
+    ended, recorder = False, None
     try:
         if emulation is not None:
             _calibrate(emulation, todo, progress, quiet={predictor_inputs.SHARING_BANDWIDTH} - {
                 t["bandwidth"] for t in grid_todo})
             address = emulation.address
-        _start_ray(address, emulation, _shipped(sweep))
+        _start_ray(address, emulation, _shipped(sweep, results / CODE / ".shipped"))
         import ray
         from ray import tune
 
@@ -203,7 +211,8 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         # write every result once more, on the driver, between the trials' reports.
         os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
         progress.note(f"running {len(todo)} trial(s) of {sweep.name}; results in {results}")
-        recorder = _recorder(results, progress, emulation, refresh)
+        recorder = _recorder(results, progress, emulation, refresh, configurations=len({_configuration(t)
+                                                                                       for t in sweep.trials}))
         tuner = tune.Tuner(
             tune.with_resources(run_trial, {"cpu": TRIAL_CPUS}),
             param_space={"point": tune.grid_search([{"trial": t, "settings": _settings(t), "predictor_input": False}
@@ -231,6 +240,7 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     except KeyboardInterrupt:
         ended = True  # Ctrl-C or SIGTERM before Tune took them over (Ray starting), or a second one: counted below
     finally:
+        skipped = _skip_hopeless(recorder, results, grid_todo, progress) if ended else 0
         # The tables and plots (seconds) are drawn while Ray shuts down (seconds of waiting on its processes).
         finishing = threading.Thread(target=finish, args=(results,), name="finish") if ended else None
         if finishing is not None:
@@ -240,12 +250,34 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
         if finishing is not None:
             finishing.join()
     finished, inputs_finished = finished_ids(results), finished_ids(inputs_folder)
-    unfinished = (len([t for t in grid_todo if t["trial_id"] not in finished])
-                  + len([t for t in extra if t["trial_id"] not in inputs_finished]))
+    left = [t for t in grid_todo if t["trial_id"] not in finished]
+    unfinished = len(left) + len([t for t in extra if t["trial_id"] not in inputs_finished])
+    if skipped:
+        unfinished = 0
     if unfinished:
         progress.note(f"interrupted: {unfinished} trial(s) not finished; to run them: "
                       f"{resume_command(sweep.path, results)}")
     return results, unfinished
+
+
+def _skip_hopeless(recorder: Any, results: Path, grid: list[dict[str, Any]], progress: Progress) -> int:
+    """Where the recorder stopped the sweep because nothing could succeed, record the grid's trials without a
+    record as skipped, with that reason; how many."""
+    if recorder is None or recorder.hopeless is None:
+        return 0
+    finished = finished_ids(results)
+    left = [trial for trial in grid if trial["trial_id"] not in finished]
+    for trial in left:
+        write_record(results, make_record(trial, SKIPPED, recorder.hopeless, [], attempts=0))
+    progress.note(f"stopped: every trial that ended failed with the same reason ({recorder.hopeless}); "
+                  f"{len(left)} trial(s) that would fail alike recorded as skipped (a resume runs them)")
+    return len(left) or 1
+
+
+def _configuration(trial: dict[str, Any]) -> str:
+    """What tells a trial's configuration from another's: every setting but the seed."""
+    return json.dumps({key: value for key, value in trial.items() if key not in ("name", "trial_id", "seed")},
+                      sort_keys=True, default=str)
 
 
 def resume_command(sweep_file: Path, results: Path) -> str:
@@ -299,14 +331,15 @@ def _calibrate(emulation: Cluster, todo: list[dict[str, Any]], progress: Progres
         emulation.shape(needed[0])
 
 
-def _shipped(sweep: Sweep) -> list[str]:
-    """The user's files and packages every Ray node needs to import the sweep's references and imports."""
+def _shipped(sweep: Sweep, stage: Path) -> list[str]:
+    """The user's files (copies in ``stage``) and packages every Ray node needs to import the sweep's
+    references and imports."""
     import workloads
 
     texts = {text for trial in sweep.trials for text in (*(trial["imports"] or ()),
              *(trial[key] for key in ("model", "dataset") if workloads.references.is_reference(trial[key])
                and not trial[key].startswith(workloads.TORCHVISION_PREFIX)))}
-    return workloads.references.shipped(sorted(texts))
+    return workloads.references.shipped(sorted(texts), stage)
 
 
 def _start_ray(address: str | None, emulation: Cluster | None = None, py_modules: list[str] = ()) -> None:
@@ -532,12 +565,16 @@ def _trial_dirname(trial: Any) -> str:
 
 
 def _recorder(results: Path, progress: Progress, emulation: Cluster | None = None,
-              refresh: Callable[[Path], Any] | None = None, refresh_every_s: float = REFRESH_S) -> Any:
+              refresh: Callable[[Path], Any] | None = None, refresh_every_s: float = REFRESH_S,
+              configurations: int = 2) -> Any:
     """A Tune callback that keeps each trial's epochs and writes its record when it ends, with the
     calibration of its links on an emulated cluster (a predictor input's record in its own folder), then
     runs ``refresh(results)`` after the first record and after a later one where ``refresh_every_s`` have
     passed since. Where a record cannot be written (a full disk), it warns, records nothing more, and its
-    ``stopper`` (a Tune stopper) ends the sweep: the trials without a record run on resume."""
+    ``stopper`` (a Tune stopper) ends the sweep: the trials without a record run on resume. Where every grid
+    trial whose workers ran so far failed in them with one reason, at least two of them, of two
+    configurations (or of the grid's only one: ``configurations``), it stops the sweep too, keeping that
+    reason in ``hopeless``."""
     from ray import tune
 
     class Stop(tune.Stopper):
@@ -556,6 +593,8 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
             self.attempts: dict[str, int] = {}
             self.outcome: dict[str, dict[str, Any]] = {}
             self.stopped = False
+            self.hopeless: str | None = None  # the one reason every ended trial failed with, once it stops
+            self.ended: list[tuple[str, str, str | None]] = []  # (configuration, status, reason) of grid trials
             self.stopper = Stop(self)
             self.refreshed: float | None = None  # time.monotonic() of the last refresh
 
@@ -580,22 +619,23 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
         def on_trial_complete(self, iteration, trials, trial, **info):
             outcome = self.outcome.get(trial.trial_id, {
                 "status": "failed", "reason": "the trial ended without the training loop's outcome"})
-            self._finish(trial, outcome["status"], outcome["reason"], outcome.get("model_summary"),
-                         outcome.get("worker_node_ips", "").split() or None,
-                         sources=json.loads(outcome["sources"]) if "sources" in outcome else None)
+            path = self._finish(trial, outcome["status"], outcome["reason"], outcome.get("model_summary"),
+                                outcome.get("worker_node_ips", "").split() or None, traceback=outcome.get("traceback"),
+                                sources=json.loads(outcome["sources"]) if "sources" in outcome else None,
+                                judged=outcome["status"] != "failed" or outcome.get("in_workers", False))
+            if path is not None and outcome.get("traceback"):
+                progress.note(f"traceback of {_trial_name(trial)}: in its record {path} (\"traceback\")")
 
         def on_trial_error(self, iteration, trials, trial, **info):
             # Tune's error file lies in Ray's temporary folder: the record keeps its text.
             text = _error_text(trial)
-            lines = [line.strip() for line in text.splitlines() if line.strip()]
-            reason = lines[-1] if lines else "the trial failed without an error message"
-            path = self._finish(trial, "failed", reason, traceback=text or None)
+            path = self._finish(trial, "failed", _error_reason(trial, text), traceback=text or None)
             if path is not None and text:
                 progress.note(f"traceback of {_trial_name(trial)}: in its record {path} (\"traceback\")")
 
         def _finish(self, trial, status: str, reason: str | None, model_summary: dict | None = None,
                     worker_node_ips: list[str] | None = None, traceback: str | None = None,
-                    sources: list[dict[str, Any]] | None = None) -> Path | None:
+                    sources: list[dict[str, Any]] | None = None, judged: bool = False) -> Path | None:
             history = self.history.pop(trial.trial_id, [])
             attempts = self.attempts.pop(trial.trial_id, 0)
             if self.stopped:  # the sweep is ending: this trial runs again on resume
@@ -613,6 +653,12 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
                               "written so far are safe)")
                 return None
             progress.finished_trial(_trial_name(trial), status, reason, history)
+            # A trial that could not run (placement, a time limit, this tool's own error) says nothing of the others.
+            if judged and not trial.config["point"]["predictor_input"]:
+                self.ended.append((_configuration(_point(trial)), status, reason))
+                self.hopeless = _hopeless(self.ended, configurations)
+                if self.hopeless is not None:
+                    self.stopped = True
             now = time.monotonic()
             if refresh is None or (self.refreshed is not None and now - self.refreshed < refresh_every_s):
                 return path
@@ -625,6 +671,30 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
             return path
 
     return Recorder()
+
+
+def _hopeless(ended: list[tuple[str, str, str | None]], configurations: int) -> str | None:
+    """The reason every trial that ended failed with, where at least two ended, and they ran two
+    configurations or the grid has one: then no other trial would do better. None otherwise."""
+    reasons = {reason for _, status, reason in ended if status == "failed"}
+    if len(ended) < 2 or len(reasons) != 1 or any(status != "failed" for _, status, _ in ended):
+        return None
+    if len({configuration for configuration, _, _ in ended}) < min(2, configurations):
+        return None
+    return reasons.pop()
+
+
+def _error_reason(trial: Any, text: str) -> str:
+    """A trial's error in its own words: the exception's type and first line (Tune's pickled error, its cause
+    where Ray wrapped it), else the traceback's last line."""
+    try:
+        error = trial.get_pickled_error()
+    except Exception:  # noqa: BLE001 - an error file that cannot be read: the text says what it can
+        error = None
+    if error is not None:
+        return reason_of(getattr(error, "cause", None) or error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "the trial failed without an error message"
 
 
 def _link(emulation: Cluster | None, trial: dict[str, Any]) -> dict[str, Any] | None:

@@ -55,6 +55,9 @@ SWEEP: tuple[Param, ...] = (
               "(docs/predictor.md); false: none, and predicted_step_time_s takes the sharing of cores as guessed"),
     Param("max_trials", 10_000, int, low=1, high=MAX_TRIALS,
           doc="a grid of more trials is refused before it is expanded"),
+    Param("preflight", True, bool,
+          doc="before Ray starts, build each distinct workload's data and model on this machine's CPU and take one "
+              "step (docs/workloads.md); false: the trials find a mistake in the model or data themselves"),
     Param("imports", None, NAMES, nullable=True,
           doc="modules imported before the sweep is checked, on the driver and in every worker: module names or "
               ".py files (relative to the sweep file); a compressor they define registers itself"),
@@ -70,6 +73,13 @@ CLUSTER: tuple[Param, ...] = (
     Param("placement_timeout_s", 600.0, float, low=0, low_open=True, high=PLACEMENT_TIMEOUT_MAX_S, nullable=True,
           doc="seconds a trial's workers may wait for resources before it fails (with max_concurrent_trials "
               "> 1 the wait for other trials counts); null: wait as long as it takes"),
+    Param("startup_timeout_s", 600.0, float, low=0, low_open=True, high=PLACEMENT_TIMEOUT_MAX_S, nullable=True,
+          doc="seconds a trial's workers may take from their start to the end of the first training step (data "
+              "and model built), and the preflight for each workload; past it the trial fails and the sweep goes "
+              "on; null: no limit"),
+    Param("trial_timeout_s", None, float, low=0, low_open=True, high=PLACEMENT_TIMEOUT_MAX_S, nullable=True,
+          doc="seconds a trial's workers may run in all (restarts included) before it fails and the sweep goes "
+              "on; null: no limit"),
     Param("emulate", None, dict, nullable=True,
           doc="an emulated cluster on this machine for the sweep (root; keys below): up before the first "
               "trial, down after the last; null: run on a local Ray or --address"),

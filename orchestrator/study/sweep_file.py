@@ -36,6 +36,7 @@ has ``~`` expanded (a relative one stays relative to where the sweep runs).
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import itertools
 import json
@@ -53,6 +54,7 @@ from compressors.core.params import Param, short_repr
 
 from . import settings as schema
 from .labels import config_labels
+from .records import MARKER, kept_code
 
 __all__ = ["SweepFileError", "Sweep", "load_sweep", "settings_of", "trial_id_of"]
 
@@ -167,6 +169,12 @@ class Sweep:
     max_concurrent_trials: int
     trials: list[dict[str, Any]]
     predictor_inputs: bool = True
+    preflight: bool = True
+    # The line of each workload setting, sweep axis and cluster key where the file writes it, and of
+    # "workload" itself: where a problem found later (the preflight) is reported.
+    lines: dict[str, int] = field(default_factory=dict)
+    # The user's .py files the trials name: as the sweep file writes them -> their absolute paths.
+    files: dict[str, str] = field(default_factory=dict)
 
 
 def settings_of(trial: dict[str, Any]) -> dict[str, Any]:
@@ -175,8 +183,32 @@ def settings_of(trial: dict[str, Any]) -> dict[str, Any]:
 
 
 def trial_id_of(settings: dict[str, Any]) -> str:
-    blob = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    """A trial's id: a hash of its settings, a file of the user's code counted by its name and contents (not
+    its folder), so that a study moved or cloned keeps its ids and an edited file gets new ones."""
+    identity = dict(settings)
+    for key in ("model", "dataset"):
+        if isinstance(identity.get(key), str):
+            identity[key] = _code_identity(identity[key])
+    if identity.get("imports"):
+        identity["imports"] = [_code_identity(text) for text in identity["imports"]]
+    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _code_identity(text: str) -> str:
+    """``NAME.py@DIGEST:FACTORY`` for a reference to a file that exists here; anything else as it is."""
+    where, colon, attr = text.rpartition(":") if ":" in text else (text, "", "")
+    if not where.endswith(".py") or not os.path.isfile(where):
+        return text
+    stat = os.stat(where)
+    return f"{os.path.basename(where)}@{_digest(where, stat.st_mtime_ns, stat.st_size)}{colon}{attr}"
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(path: str, mtime_ns: int, size: int) -> str:
+    """The sha256 of a file's contents (cached while it is unchanged: every trial of a grid asks)."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
 def training_settings(trial: dict[str, Any]) -> dict[str, Any]:
@@ -292,15 +324,22 @@ class _Checker:
 _short = short_repr  # no message grows with the input
 
 
-def _beside(sweep_path: Path, text: str) -> str:
+def _beside(sweep_path: Path, text: str, files: dict[str, str]) -> str:
     """``text`` with a relative ``.py`` file in it (an import, or FILE.py:FACTORY) made absolute against the
-    sweep file's folder; anything else as it is."""
+    sweep file's folder (where that folder is a results folder without the file: its kept copy); anything
+    else as it is. ``files`` gains the file as written -> its absolute path."""
     where, colon, attr = text.rpartition(":") if ":" in text else (text, "", "")
     if not where.endswith(".py"):
         return text
-    path = Path(where).expanduser()
+    written = os.path.normpath(os.path.expanduser(where))
+    path = Path(written)
     if not path.is_absolute():
-        path = sweep_path.resolve().parent / path
+        folder = sweep_path.resolve().parent
+        path = folder / written
+        kept = kept_code(folder, written)
+        if not path.is_file() and (folder / MARKER).is_file() and kept.is_file():
+            path = kept  # `run RESULTS/sweep.yaml --resume`: the files its trials ran
+    files[written] = str(path)
     return f"{path}{colon}{attr}"
 
 
@@ -341,9 +380,10 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     options = {p.name: top[p.name] for p in schema.SWEEP if p.name != "name" and p.name in top}
     top_settings = {p.name: (check.value(p, options[p.name], p.name, top.lines[p.name]) if p.name in options
                              else p.default) for p in schema.SWEEP if p.name != "name"}
+    files: dict[str, str] = {}
     if top_settings["imports"] is not None:
         # Before anything is checked: a module may register a compressor the sweep names.
-        top_settings["imports"] = [_beside(path, text) for text in top_settings["imports"]]
+        top_settings["imports"] = [_beside(path, text, files) for text in top_settings["imports"]]
         try:
             schema.import_modules(top_settings["imports"])
         except ValueError as error:
@@ -400,16 +440,18 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
                              f"num_workers {workers} is more than the {slots} workers the emulated cluster holds "
                              f"(cluster.emulate: {emulate['hosts']} hosts x {emulate['workers_per_host']} "
                              "workers_per_host)")
-    trials = _expand(check, {**workload, "imports": top_settings["imports"]}, cluster, axes, entries, lines)
-    return Sweep(name, path, cluster, top_settings["max_concurrent_trials"], trials, top_settings["predictor_inputs"])
+    trials = _expand(check, {**workload, "imports": top_settings["imports"]}, cluster, axes, entries, lines, files)
+    return Sweep(name, path, cluster, top_settings["max_concurrent_trials"], trials, top_settings["predictor_inputs"],
+                 top_settings["preflight"], {**lines, "workload": top.lines["workload"]}, files)
 
 
 # ---------------------------------------------------------------- grid expansion and names
 
 
 def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], axes: dict[str, list[Any]],
-            entries: list[_Entry], lines: dict[str, int]) -> list[dict[str, Any]]:
-    """The grid's trials; ``lines``: where each workload setting and axis was written."""
+            entries: list[_Entry], lines: dict[str, int], files: dict[str, str]) -> list[dict[str, Any]]:
+    """The grid's trials; ``lines``: where each workload setting and axis was written; ``files`` gains the
+    user's files they name."""
     top_algorithms = axes.pop("algorithm", [])
     trials, seen = [], set()
     for entry in entries:
@@ -439,7 +481,7 @@ def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], 
                         }
                         settings = {key: settings[key] for key in schema.TRIAL_KEYS}
                         for key in ("model", "dataset"):  # a file is named relative to the sweep file
-                            settings[key] = _beside(check.path, settings[key])
+                            settings[key] = _beside(check.path, settings[key], files)
                         data_dir = settings["data_dir"]
                         if data_dir is not None:
                             # Trials run elsewhere: they get ~ expanded here. A relative folder stays as

@@ -206,29 +206,34 @@ def _constant_accuracy(data: workloads.DatasetPair, config: dict[str, Any]) -> f
     return None
 
 
-def train(config: dict[str, Any], report: Report | None = None, threads: int | None = None) -> dict[str, Any]:
+def train(config: dict[str, Any], report: Report | None = None, threads: int | None = None,
+          started: Callable[[], None] | None = None) -> dict[str, Any]:
     """Train one configuration; returns ``{status, reason, model_summary, sources, final, history}``
     (``sources``: the file and sha256 of each module of the user's code it ran).
 
     ``config`` holds training-loop settings (``settings.TRAINING_KEYS``; missing
     ones take their defaults); an invalid one raises ValueError naming it.
     ``threads``: torch threads on CPUs where the launcher knows better than the
-    local world size (emulated hosts share one machine's cores).
+    local world size (emulated hosts share one machine's cores). ``started()`` is called once, when the
+    first training step is done (the launcher's start-up limit ends there).
     """
     config = settings.check_training(config)
     rank, world, device, made_group = _setup_distributed(config, threads)
     try:
-        return _train(config, report, rank, world, device)
+        return _train(config, report, rank, world, device, started)
     finally:
         if made_group:
             dist.destroy_process_group()
 
 
 def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
-           device: torch.device) -> dict[str, Any]:
+           device: torch.device, started: Callable[[], None] | None) -> dict[str, Any]:
     aggregate = _Aggregate(world, device)
     data = workloads.build_dataset(config["dataset"], data_dir=config["data_dir"], seed=config["seed"],
                                    **settings.dataset_options_of(config))
+    for name, split in (("training", data.train), ("test", data.test)):
+        if len(split) == 0:  # no step, or no evaluation, would follow
+            raise ValueError(f"dataset {config['dataset']}: the {name} split has no samples")
     torch.manual_seed(config["seed"])  # identical initial weights on every rank
     model = workloads.build_model(config["model"], data.input_shape, data.num_classes,
                                   **settings.model_options_of(config)).to(device)
@@ -302,6 +307,8 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             samples += len(x)
             targets += y.numel()
             global_step += 1
+            if global_step == 1 and started is not None:
+                started()
             if target is not None and reached_at is None and global_step % every == 0 and step + 1 < steps:
                 (elapsed,) = aggregate([math.fsum(step_times)], "max")  # the slowest rank's, as train_time_s
                 tested = _evaluate(model, data, rank, world, device, aggregate, config)

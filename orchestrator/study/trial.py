@@ -11,7 +11,7 @@ from typing import Any
 
 from ray import tune
 
-from .gang import POOL, PlacementTimeout, WorkerFailure
+from .gang import POOL, Limits, PlacementTimeout, TrialTimeout, WorkerFailure
 from .placement import placement_problem
 
 TRIAL_CPUS = 0.01  # the Tune trial only waits on its workers
@@ -23,8 +23,19 @@ class Unplaceable(RuntimeError):
 
 def run_trial(config: dict[str, Any]) -> None:
     """The Tune trial: run one grid point (``config["point"]``: the trial and its training settings) on a
-    gang of workers; exceptions fail the trial."""
-    trial, settings, run = config["point"]["trial"], config["point"]["settings"], config["run"]
+    gang of workers. A trial that cannot run or whose workers fail reports its outcome as failed, with its
+    reason and the worker's traceback; what raises here is this project's own error."""
+    try:
+        _run(config["point"]["trial"], config["point"]["settings"], config["run"])
+    except (Unplaceable, TrialTimeout) as error:
+        tune.report({"outcome": {"status": "failed", "reason": str(error)}})
+    except WorkerFailure as failure:
+        # The workers raised or died: what the trial's code did (the runner judges a hopeless sweep by these).
+        tune.report({"outcome": {"status": "failed", "reason": failure.reason, "traceback": failure.detail,
+                                 "in_workers": True}})
+
+
+def _run(trial: dict[str, Any], settings: dict[str, Any], run: dict[str, Any]) -> None:
     cluster = run["cluster"]
     resources = {"CPU": cluster["cpus_per_worker"]}
     if cluster["use_gpu"]:
@@ -47,6 +58,7 @@ def run_trial(config: dict[str, Any]) -> None:
         POOL.clear()
     elif not POOL.prepared:
         POOL.prepare(run["worker_counts"], resources, [] if cluster["use_gpu"] else run["codecs"])
+    limits = Limits(cluster.get("startup_timeout_s"), cluster.get("trial_timeout_s"))
     attempt = 0
     while True:
         try:
@@ -61,12 +73,13 @@ def run_trial(config: dict[str, Any]) -> None:
         # its epochs replace those of the attempt before.
         tune.report({"attempt_started": True})
         try:
-            for report in gang.run(trial["num_workers"], backend, settings, run["sweep"], trial["name"], threads):
+            for report in gang.run(trial["num_workers"], backend, settings, run["sweep"], trial["name"], threads,
+                                   limits):
                 tune.report(report)
-        except WorkerFailure as failure:
+        except WorkerFailure:
             attempt += 1
             if cluster["max_failures"] != -1 and attempt > cluster["max_failures"]:
-                raise failure.__cause__ from None
+                raise
             continue
         POOL.give_back(gang)
         return

@@ -5,6 +5,10 @@ Tune's resume advice dropped. On a local Ray: test_runner_on_ray.py.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from orchestrator.study.sweep_file import load_sweep
 from tests.helpers import TINY_SWEEP, finished_sweep, write
 
@@ -259,3 +263,194 @@ def test_a_failed_trials_traceback_is_kept_in_its_record(tmp_path):
                                                                          text)
     assert f'traceback of {sweep.trials[0]["name"]}: in its record {path} ("traceback")' in out.getvalue()
     assert str(outside) not in out.getvalue()
+
+
+# ---------------------------------------------------------------- failures in the user's words, hopeless sweeps
+
+
+def test_a_trials_reason_is_the_users_exception_not_the_last_line_of_the_traceback(tmp_path):
+    import json
+
+    import ray.exceptions
+
+    from orchestrator.study.progress import Progress
+    from orchestrator.study.runner import _recorder
+
+    sweep = load_sweep(write(tmp_path, TINY_SWEEP))
+    results = tmp_path / "results"
+    recorder = _recorder(results, Progress(1, stream=__import__("io").StringIO()))
+    trial = _Trial(sweep.trials[0])
+    try:
+        raise ValueError("hidden must be a power of two, got 8\nsecond line")
+    except ValueError as error:
+        wrapped = ray.exceptions.RayTaskError("run", "Traceback ...", error)
+    trial.get_pickled_error = lambda: wrapped
+    trial.error_file = str(tmp_path / "error.txt")
+    (tmp_path / "error.txt").write_text("Traceback ...\n  File \".../threading.py\", line 1002, in _bootstrap\n")
+    recorder.on_trial_start(0, [], trial)
+    recorder.on_trial_error(0, [], trial)
+    record = json.loads((results / "trials" / f"{trial.trial_id}.json").read_text())
+    assert record["reason"] == "ValueError: hidden must be a power of two, got 8"
+
+
+def test_a_workers_error_or_death_becomes_a_reason_with_the_workers_traceback():
+    import ray.exceptions
+
+    from orchestrator.study.gang import _failure
+
+    try:
+        raise KeyError("no such layer")
+    except KeyError as error:
+        raised = _failure(ray.exceptions.RayTaskError("run", "Traceback: File my_models.py, line 3", error), 1)
+    assert raised.reason == "KeyError: 'no such layer'" and "my_models.py, line 3" in raised.detail
+    died = _failure(ray.exceptions.ActorDiedError(), 1)
+    assert died.reason.startswith("the worker of rank 1 died without a Python error: killed (the kernel's OOM killer")
+    from orchestrator.study.failures import death_reason
+
+    assert death_reason("Task was killed due to the node running low on memory.\n pid: 4321", 0) == (
+        "the worker of rank 0 (pid 4321) was killed by Ray's memory monitor: its node ran low on memory")
+
+
+def test_the_time_limits_say_which_passed():
+    from orchestrator.study.gang import Limits
+
+    limits = Limits(startup_s=0.0, trial_s=3600.0)
+    assert limits.left() == 0.0 and limits.passed().startswith(
+        "the first training step was not done within startup_timeout_s = 0 s")
+    limits.started = True  # the first step done: only the trial's limit is left
+    assert 3500 < limits.left() <= 3600
+    assert Limits(trial_s=0.0).passed() == "the trial ran past trial_timeout_s = 0 s"
+    assert Limits().left() is None
+
+
+SWEEP_OF_FOUR = TINY_SWEEP + "sweep: {seed: [0, 1]}\n"
+
+
+def _ended(recorder, trial, status, reason, in_workers=True):
+    recorder.on_trial_start(0, [], trial)
+    recorder.on_trial_result(0, [], trial, {"outcome": {"status": status, "reason": reason, "model_summary": None,
+                                                         "in_workers": in_workers}})
+    recorder.on_trial_complete(0, [], trial)
+
+
+@pytest.mark.parametrize("outcomes, hopeless", [
+    # fp16 seeds 0 and 1 (one configuration), then fp32 seed 0: two configurations failed alike
+    ([("failed", "ValueError: x"), ("failed", "ValueError: x")], None),
+    ([("failed", "ValueError: x"), ("failed", "ValueError: x"), ("failed", "ValueError: x")], "ValueError: x"),
+    ([("failed", "ValueError: x"), ("failed", "ValueError: x"), ("failed", "ValueError: y")], None),
+    ([("ok", None), ("failed", "ValueError: x"), ("failed", "ValueError: x")], None),
+])
+def test_a_sweep_stops_when_every_trial_that_ended_failed_alike_in_two_configurations(tmp_path, outcomes, hopeless):
+    import io
+
+    from orchestrator.study.progress import Progress
+    from orchestrator.study.runner import _configuration, _recorder
+
+    sweep = load_sweep(write(tmp_path, SWEEP_OF_FOUR))
+    order = [t for t in sweep.trials if t["compressor"] == "fp16"] + [t for t in sweep.trials if t["compressor"] == "fp32"]
+    recorder = _recorder(tmp_path / "results", Progress(4, stream=io.StringIO()),
+                         configurations=len({_configuration(t) for t in sweep.trials}))
+    for trial, (status, reason) in zip(order, outcomes):
+        _ended(recorder, _Trial(trial), status, reason)
+    assert recorder.hopeless == hopeless and recorder.stopper.stop_all() == (hopeless is not None)
+
+
+def test_trials_that_could_not_run_say_nothing_of_the_others(tmp_path):
+    import io
+
+    from orchestrator.study.progress import Progress
+    from orchestrator.study.runner import _recorder
+
+    sweep = load_sweep(write(tmp_path, SWEEP_OF_FOUR))
+    recorder = _recorder(tmp_path / "results", Progress(4, stream=io.StringIO()), configurations=2)
+    for trial in sweep.trials[::2][:2]:  # fp32 and fp16, neither placed
+        _ended(recorder, _Trial(trial), "failed", "cannot place 2 workers", in_workers=False)
+    assert recorder.hopeless is None and not recorder.stopper.stop_all()
+
+
+def test_a_one_configuration_grid_stops_after_two_seeds_failed_alike(tmp_path):
+    import io
+
+    from orchestrator.study.progress import Progress
+    from orchestrator.study.runner import _recorder
+
+    sweep = load_sweep(write(tmp_path, TINY_SWEEP.replace("name: t\n", "name: t\nbaselines: false\n")
+                            + "sweep: {seed: [0, 1, 2]}\n"))
+    recorder = _recorder(tmp_path / "results", Progress(3, stream=io.StringIO()), configurations=1)
+    for trial in sweep.trials[:2]:
+        _ended(recorder, _Trial(trial), "failed", "OSError: disk")
+    assert recorder.hopeless == "OSError: disk"
+
+
+def test_skipped_trials_are_recorded_with_the_reason_and_run_again_on_resume(tmp_path, capsys):
+    import io
+
+    from orchestrator.cli import main
+    from orchestrator.study.progress import Progress
+    from orchestrator.study.records import finished_ids, make_record, read_records, write_record
+    from orchestrator.study.runner import _skip_hopeless
+
+    sweep = load_sweep(write(tmp_path, SWEEP_OF_FOUR))
+    results = tmp_path / "results" / sweep.name
+    for trial in sweep.trials[:2]:
+        write_record(results, make_record(trial, "failed", "ValueError: x", []))
+    recorder = type("Recorder", (), {"hopeless": "ValueError: x"})()
+    out = io.StringIO()
+    assert _skip_hopeless(recorder, results, sweep.trials, Progress(4, stream=out)) == 2
+    assert "stopped: every trial that ended failed with the same reason (ValueError: x); 2 trial(s)" in out.getvalue()
+    records = {r["trial_id"]: r for r in read_records(results)}
+    assert sorted((r["status"], r["reason"]) for r in records.values()) == [
+        ("failed", "ValueError: x")] * 2 + [("skipped", "ValueError: x")] * 2
+    assert finished_ids(results) == {t["trial_id"] for t in sweep.trials[:2]}  # a resume runs the skipped ones
+    # No trial ok: `run` exits 1 and says so (here every trial has a record of a run: nothing to run).
+    for trial in sweep.trials[2:]:
+        write_record(results, make_record(trial, "diverged", "loss became nan", []))
+    capsys.readouterr()
+    assert main(["run", str(sweep.path), "--results", str(results), "--resume"]) == 1
+    assert "no trial finished ok (exit status 1)" in capsys.readouterr().err
+    write_record(results, make_record(sweep.trials[3], "ok", None, []))
+    assert main(["run", str(sweep.path), "--results", str(results), "--resume"]) == 0
+
+
+MOVABLE = """\
+name: mine
+workload: {model: nets/my_models.py:tiny_mlp, dataset: synthetic, input_shape: [1, 4, 4], num_samples: 64,
+           test_samples: 32, epochs: 1, target_accuracy: 0.5}
+"""
+
+
+def test_a_study_naming_its_own_model_file_resumes_from_its_results_folder_moved_anywhere(tmp_path, monkeypatch):
+    import shutil
+
+    from orchestrator.cli import main
+    from orchestrator.study.records import make_record, write_record
+    from orchestrator.study.runner import run_sweep
+
+    first = tmp_path / "first"
+    (first / "nets").mkdir(parents=True)
+    (first / "nets" / "my_models.py").write_text((Path(__file__).parent.parent / "data" / "my_models.py").read_text())
+    sweep = load_sweep(write(first, MOVABLE))
+    results = first / "results" / "mine"
+    for trial in sweep.trials:
+        write_record(results, make_record(trial, "ok", None, []))
+    run_sweep(sweep, results, resume=True)  # nothing to run: keeps the sweep file and the model file
+    assert (results / "code" / "nets" / "my_models.py").read_text() == (first / "nets" / "my_models.py").read_text()
+    moved = tmp_path / "elsewhere" / "mine"
+    moved.parent.mkdir()
+    shutil.move(results, moved)
+    shutil.rmtree(first)  # the original files are gone
+    monkeypatch.chdir(tmp_path)
+    again = load_sweep(moved / "sweep.yaml")
+    assert [t["trial_id"] for t in again.trials] == [t["trial_id"] for t in sweep.trials]  # ids from contents
+    assert again.trials[0]["model"] == f"{moved / 'code' / 'nets' / 'my_models.py'}:tiny_mlp"
+    assert main(["run", str(moved / "sweep.yaml"), "--resume"]) == 0  # its own folder by default
+    assert not (tmp_path / "results").exists()
+
+
+def test_an_edited_model_file_changes_the_trial_ids(tmp_path):
+    model = tmp_path / "nets" / "my_models.py"
+    model.parent.mkdir()
+    model.write_text((Path(__file__).parent.parent / "data" / "my_models.py").read_text())
+    before = [t["trial_id"] for t in load_sweep(write(tmp_path, MOVABLE)).trials]
+    model.write_text(model.read_text() + "\n# tuned\n")
+    assert not set(before) & {t["trial_id"] for t in load_sweep(write(tmp_path, MOVABLE)).trials}

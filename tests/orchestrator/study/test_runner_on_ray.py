@@ -264,3 +264,52 @@ def test_a_local_run_listens_on_loopback_only_and_an_interrupt_says_how_to_resum
     assert "Tuner.restore" not in out and "Target accuracy" not in out
     assert f"lowprec run {sweep_file} --results {results} --resume" in out, out[-3000:]
     assert not list((results / "trials").glob("*.json"))  # interrupted: nothing recorded, resume runs it
+
+
+BEHAVING = '''\
+import os
+import signal
+import time
+
+from torch import nn
+
+
+def behave(input_shape, num_classes, mode="hang"):
+    if mode == "raise":
+        raise ValueError("the layer sizes do not add up\\nsecond line")
+    if mode == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(600)  # never returns in time
+'''
+
+FAILING = """\
+name: failing
+preflight: false   # the trials meet each mistake themselves
+workload: {dataset: synthetic, input_shape: [1, 4, 4], num_samples: 64, test_samples: 32, model: behave.py:behave,
+           epochs: 1, batch_size: 16, target_accuracy: 0.5}
+cluster: {startup_timeout_s: 8}
+baselines: false
+sweep:
+  model_options: [{mode: raise}, {mode: die}, {mode: hang}]
+"""
+
+
+def test_a_raising_a_dying_and_a_hanging_trial_fail_with_their_reasons_and_the_sweep_goes_on(tmp_path):
+    (tmp_path / "behave.py").write_text(BEHAVING)
+    (tmp_path / "failing.yaml").write_text(FAILING)
+    results = tmp_path / "results"
+    run = subprocess.run(cli("run", str(tmp_path / "failing.yaml"), "--results", str(results)), cwd=ROOT,
+                         env=ray_env(tmp_path / "home"), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]  # no trial ok
+    assert "no trial finished ok (exit status 1)" in run.stderr and "Traceback" not in run.stderr
+    records = {json.loads(p.read_text())["settings"]["model_options"]["mode"]: json.loads(p.read_text())
+               for p in (results / "trials").glob("*.json")}
+    assert {mode: r["status"] for mode, r in records.items()} == {"raise": "failed", "die": "failed", "hang": "failed"}
+    assert records["raise"]["reason"] == "ValueError: the layer sizes do not add up"
+    assert 'behave.py", line 10, in behave' in records["raise"]["traceback"]  # the user's own frame
+    assert records["die"]["reason"].startswith("the worker of rank 0 (pid ")
+    assert "died without a Python error" in records["die"]["reason"]
+    assert records["hang"]["reason"].startswith("the first training step was not done within startup_timeout_s = 8 s")
+    summary = (results / "summary.md").read_text()
+    assert "- failed, 1 trial: ValueError: the layer sizes do not add up." in summary
+    assert not (tmp_path / "__pycache__").exists()  # nothing written beside the user's file

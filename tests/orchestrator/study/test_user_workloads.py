@@ -228,18 +228,19 @@ def test_streamed_shards_are_disjoint_cover_the_data_and_match_the_in_memory_ord
 def test_a_file_missing_on_this_node_is_imported_by_the_name_ray_ships_it_under(tmp_path, monkeypatch):
     from workloads import references
 
+    on_the_driver = str(tmp_path / "on_the_driver" / "remote_models.py")
     shipped = tmp_path / "shipped"  # where Ray's py_modules unpacks a .py file on another node
     shipped.mkdir()
-    (shipped / "remote_models.py").write_text(MODEL_FILE)
+    (shipped / f"{references.module_name(on_the_driver)}.py").write_text(MODEL_FILE)
     monkeypatch.syspath_prepend(str(shipped))
-    monkeypatch.delitem(sys.modules, "remote_models", raising=False)
-    fn = references.factory(f"{tmp_path / 'on_the_driver' / 'remote_models.py'}:tiny_mlp")
-    assert fn.__module__ == "remote_models"
+    fn = references.factory(f"{on_the_driver}:tiny_mlp")
+    assert fn.__module__ == references.module_name(on_the_driver)
     with pytest.raises(references.ReferenceProblem, match="no file"):
         references.factory(f"{tmp_path / 'on_the_driver' / 'absent_everywhere.py'}:tiny_mlp")
 
 
-def test_what_ray_ships_is_the_users_files_and_uninstalled_packages(tmp_path, monkeypatch, user_code):
+def test_what_ray_ships_is_the_users_files_under_names_of_their_own_and_uninstalled_packages(
+        tmp_path, monkeypatch, user_code):
     from workloads import references
 
     package = tmp_path / "lab" / "labmodels"
@@ -247,10 +248,31 @@ def test_what_ray_ships_is_the_users_files_and_uninstalled_packages(tmp_path, mo
     (package / "__init__.py").write_text("")
     (package / "nets.py").write_text(MODEL_FILE)
     monkeypatch.syspath_prepend(str(tmp_path / "lab"))
-    shipped = references.shipped([f"{user_code / 'my_models.py'}:tiny_mlp", "labmodels.nets:tiny_mlp",
-                                  "labmodels.nets:tiny_mlp", "json", "workloads.gpt:build_gpt"])
-    # The installed (json) and this project's own (workloads) stay where every node has them.
-    assert shipped == [str(user_code / "my_models.py"), str(package)]
+    stage = tmp_path / "stage"
+    model_file = str(user_code / "my_models.py")
+    shipped = references.shipped([f"{model_file}:tiny_mlp", "labmodels.nets:tiny_mlp",
+                                  "labmodels.nets:tiny_mlp", "json", "workloads.gpt:build_gpt"], stage)
+    # The installed (json) and this project's own (workloads) stay where every node has them; a file goes
+    # as a copy named as it is imported, which shadows no other module.
+    copy = stage / f"{references.module_name(model_file)}.py"
+    assert shipped == [str(copy), str(package)]
+    assert copy.read_text() == MODEL_FILE
+
+
+@pytest.mark.parametrize("stem", ["workloads", "tokenize", "json"])
+def test_a_users_file_named_like_another_module_shadows_nothing_and_writes_no_bytecode(
+        tmp_path, stem, forget_registrations):
+    from workloads import references
+
+    first, second = tmp_path / "a" / f"{stem}.py", tmp_path / "b" / f"{stem}.py"
+    for path, hidden in ((first, 8), (second, 4)):
+        path.parent.mkdir()
+        path.write_text(MODEL_FILE.replace("hidden=16", f"hidden={hidden}"))
+    one = references.factory(f"{first}:tiny_mlp")((1, 2, 2), 3)
+    two = references.factory(f"{second}:tiny_mlp")((1, 2, 2), 3)
+    assert (one[1].out_features, two[1].out_features) == (8, 4)  # each file its own module
+    assert sys.modules[stem].__name__ == stem and not hasattr(sys.modules[stem], "tiny_mlp")
+    assert not (first.parent / "__pycache__").exists() and not (second.parent / "__pycache__").exists()
 
 
 STREAMED_FILE = textwrap.dedent('''
