@@ -9,16 +9,18 @@
     export RESULTS                 rebuild tables and plots from the per-trial records
     predict RESULTS --bandwidth RATE --num_workers N [--latency 5us] [--overlap true|false]
                     [--compute_scale X] [--workers_per_host G] [--intra_bandwidth 2400gbit]
-                                   each configuration's step time, speedups and accuracy change
+                                   each configuration's step time, speedups and quality change
+                                   (accuracy in points, or a loss study's test loss in nats)
                                    on another cluster, from the folder's one-worker trials
                                    (performance model: orchestrator.predict.perfmodel); with G
                                    workers per host, each sra configuration hierarchical too;
                                    caches what it measures here in RESULTS/predict_cache/, writes
                                    RESULTS/predictions/<bandwidth>_<N>w_<latency>_overlap-<true|false>_x<X>.csv
                                    (<N/G>x<G>w_<intra>-intra for <N>w where G > 1)
-    advise RESULTS ... (as predict) [--max_accuracy_loss 0.5]
+    advise RESULTS ... (as predict) [--max_accuracy_loss 0.5 | --max_loss_increase 0.05]
                                    the configuration that pays most there among those that reached
-                                   the target within that many points of fp32's accuracy, and why,
+                                   the target within that many points of fp32's accuracy (a loss
+                                   study: nats of fp32's test loss), and why,
                                    or none; what it left out and why; writes the file predict writes
     cluster up --hosts N --bandwidth RATE [--workers_per_host G] [--prefix P] [--subnet S] [--no_ray]
                                    an emulated cluster on this machine (root): N network
@@ -44,6 +46,7 @@ preflight's findings included) or usage.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import signal
@@ -107,10 +110,16 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--compute_scale", type=float, default=1.0,
                          help="the target's compute, encode and decode time against the machine that ran "
                               "the one-worker trials (2: half as fast; default 1)")
-        if command == "advise":
-            sub.add_argument("--max_accuracy_loss", type=float, default=0.5, metavar="POINTS",
-                             help="recommend only configurations that reached the target with an accuracy at most "
-                                  "this many percentage points below fp32's (default 0.5)")
+        if command == "advise":  # the limit in the unit of what the study is judged by (its target's metric)
+            sub.add_argument("--max_accuracy_loss", type=float, metavar="POINTS",
+                             help="a study judged by accuracy (its target is on test_accuracy): recommend only "
+                                  "configurations that reached the target with an accuracy at most this many "
+                                  "percentage points below fp32's (default 0.5)")
+            sub.add_argument("--max_loss_increase", type=float, metavar="NATS",
+                             help="a study judged by its test loss (its target is on test_loss or test_perplexity): "
+                                  "recommend only configurations that reached the target with a final test loss at "
+                                  "most this many nats above fp32's (default 0.05: a perplexity at most exp(0.05) = "
+                                  "1.05 times fp32's, about what 0.5 points are to an accuracy)")
     cluster = commands.add_parser("cluster", help="an emulated cluster on this machine (root)")
     actions = cluster.add_subparsers(dest="action", required=True)
     from .cluster.emulation import DEFAULT_PREFIX, DEFAULT_SUBNET, MAX_WORKERS_PER_HOST
@@ -213,7 +222,7 @@ def _predict(args: argparse.Namespace) -> int:
     from .predict import predictor
     from .study.settings import param
 
-    problem = param("bandwidth").problem(args.bandwidth)
+    problem = dataclasses.replace(param("bandwidth"), nullable=False).problem(args.bandwidth)  # a rate, not null
     if problem:
         print(f"error: --bandwidth {problem}, got {args.bandwidth!r}", file=sys.stderr)
         return 2
@@ -232,10 +241,6 @@ def _predict(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.compute_scale) and args.compute_scale > 0):
         print(f"error: --compute_scale must be a number in (0, inf), got {args.compute_scale}", file=sys.stderr)
         return 2
-    loss = getattr(args, "max_accuracy_loss", 0.0)  # advise's only
-    if not (math.isfinite(loss) and loss >= 0):
-        print(f"error: --max_accuracy_loss must be a number of points in [0, inf), got {loss}", file=sys.stderr)
-        return 2
     try:
         latency = predictor.latency_s(args.latency)
     except ValueError as error:
@@ -250,6 +255,23 @@ def _predict(args: argparse.Namespace) -> int:
         what = "is not a folder" if args.results.exists() and not args.results.is_dir() else "has no trials.csv"
         print(f"error: {args.results} {what} (a results folder of `lowprec run`)", file=sys.stderr)
         return 2
+    from .study.records import read_records
+
+    # what the study is judged by, from its targets (predict warns of a record that cannot be read)
+    judged = predictor.judged_by(read_records(args.results, warn=lambda _: None))
+    max_loss = 0.0
+    if args.command == "advise":  # its limit: the flag of the study's unit, no other
+        own, default = predictor.LIMIT_FLAGS[judged.delta]
+        wrong = [flag for flag, _ in predictor.LIMIT_FLAGS.values() if flag != own and getattr(args, flag) is not None]
+        if wrong:
+            print(f"error: --{wrong[0]} does not fit {args.results}, a study judged by its {judged.name} (a "
+                  f"{judged.metric} target): give --{own} {judged.unit.upper()} (default {default:g})",
+                  file=sys.stderr)
+            return 2
+        max_loss = default if getattr(args, own) is None else getattr(args, own)
+        if not (math.isfinite(max_loss) and max_loss >= 0):
+            print(f"error: --{own} must be a number of {judged.unit} in [0, inf), got {max_loss}", file=sys.stderr)
+            return 2
     overlap = args.overlap == "true"
     path = predictor.predictions_path(args.results, args.bandwidth, args.num_workers, args.latency, overlap,
                                       args.compute_scale, args.workers_per_host, args.intra_bandwidth)
@@ -270,12 +292,12 @@ def _predict(args: argparse.Namespace) -> int:
     print(f"{args.num_workers} workers{hosts}, {args.bandwidth} links, {args.latency} latency, overlap {args.overlap}, "
           f"compute x{args.compute_scale:g} (orchestrator.predict.perfmodel)")
     shown = table[["configuration", "predicted_step_time_s", "comm_s", "speedup_vs_fp32", "speedup_vs_16bit",
-                   "tta_speedup_vs_fp32", "accuracy_delta_points", "reached_target", "break_even_bps"]]
+                   "tta_speedup_vs_fp32", predictor.delta_column(judged), "reached_target", "break_even_bps"]]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     for note in notes:
         print(note)
     if args.command == "advise":
-        print(predictor.advice(table, loss))
+        print(predictor.advice(table, max_loss, judged))
     try:
         predictor.write_atomic(path, table.to_csv(index=False))
     except OSError as error:
@@ -344,10 +366,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from .cluster import emulation
     from .cluster.netns import NetworkError
-    from .study.records import UNWRITABLE, folder_problem
+    from .study.records import UNWRITABLE, folder_problem, in_use
 
     results = (args.results or _default_results(sweep)).resolve()
-    problem = folder_problem(results, sweep.name)  # before an emulated cluster comes up for it
+    problem = in_use(results) or folder_problem(results, sweep.name)  # before an emulated cluster comes up for it
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -466,6 +488,11 @@ def _emulation_problem(sweep: Sweep, cluster: Any, max_concurrent_trials: int | 
                 f"hosts x {cluster.workers_per_host} workers per host)")
     if len({trial["bandwidth"] for trial in sweep.trials}) > 1 and (max_concurrent_trials or 1) > 1:
         return "bandwidth varies between trials, which run one at a time: drop --max_concurrent_trials"
+    from .study.sweep_file import hierarchy_problem
+
+    problem = next(filter(None, (hierarchy_problem(t, cluster.workers_per_host) for t in sweep.trials)), None)
+    if problem:
+        return problem
     # a rate the links cannot carry would fail mid-sweep, when its trial re-shapes them
     rates = dict.fromkeys(trial["bandwidth"] for trial in sweep.trials if trial["bandwidth"] is not None)
     return next((problem for problem in map(cluster.rate_problem, rates) if problem), None)

@@ -73,8 +73,9 @@ def model_problem(name: str, options: Mapping[str, Any], input_shape: Sequence[i
 def dataset_problem(name: str, options: Mapping[str, Any]) -> str | None:
     """As ``model_problem``, for a dataset."""
     if dataset_kind(name) == BUILTIN:
-        return None if name in DATASETS else _unknown("dataset", name, DATASETS) + ", or MODULE:FACTORY / " \
-                                                                                 "FILE.py:FACTORY"
+        if name not in DATASETS:
+            return _unknown("dataset", name, DATASETS) + ", or MODULE:FACTORY / FILE.py:FACTORY"
+        return DATASETS[name].missing()  # a package it needs (image_folder: torchvision)
     try:
         fn = references.factory(name)
     except references.ReferenceProblem as error:

@@ -18,7 +18,7 @@ from compressors.core.params import SHAPE, Param
 
 from .cifar10 import load_cifar10
 from .dataset_types import CLASSIFICATION, LANGUAGE_MODEL, DatasetPair
-from .image_folder import load_image_folder
+from .image_folder import load_image_folder, torchvision_missing
 from .mnist import load_mnist
 from .options import Builder, call_builder, distinct_options
 from .synthetic import load_synthetic
@@ -44,7 +44,8 @@ DATASETS: dict[str, Builder] = {
     "tokens": Builder(load_tokens, (SEQ_LEN, VOCAB_SIZE)),
     "image_folder": Builder(load_image_folder, (
         Param("image_size", None, int, low=1, nullable=True,
-              doc="image_folder: side of the square crop fed to the model (null: 224)"),)),
+              doc="image_folder: side of the square crop fed to the model (null: 224)"),),
+        requires=torchvision_missing),
 }
 DATASET_NAMES = tuple(DATASETS)
 # The task each built-in dataset serves.

@@ -68,6 +68,16 @@ def _image_folder(torchvision: Any, split: Path, transform: Any) -> Any:
     return dataset
 
 
+def torchvision_missing() -> str | None:
+    """Why image_folder cannot read images here (torchvision not installed, or built for another torch), in one
+    line; None if it can."""
+    try:
+        import_torchvision("dataset image_folder")
+    except ValueError as error:
+        return str(error)
+    return None
+
+
 def load_image_folder(data_dir: Path | None, seed: int, *, image_size: int | None = None) -> DatasetPair:
     """The train and test splits of ``data_dir`` as streamed torchvision ``ImageFolder`` datasets.
 

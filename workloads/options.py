@@ -22,6 +22,12 @@ class Builder:
 
     fn: Callable[..., Any]
     options: tuple[Param, ...] = ()
+    # Why it cannot build anything on this machine (a package it needs is missing), checked before anything
+    # runs; None: nothing is missing.
+    requires: Callable[[], str | None] | None = None
+
+    def missing(self) -> str | None:
+        return self.requires() if self.requires is not None else None
 
 
 def call_builder(kind: str, name: str, builders: Mapping[str, Builder], args: Sequence[Any],

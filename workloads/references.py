@@ -19,6 +19,7 @@ exist, it is imported by that name. No bytecode is written beside the user's fil
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -28,7 +29,8 @@ import re
 import shutil
 import sys
 import sysconfig
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -57,11 +59,62 @@ def split(text: str) -> tuple[str, str]:
     return where, attr
 
 
+class _ExitedWhileImported(BaseException):
+    """``os._exit`` called by a module while it was imported (``_no_exit``): a BaseException, so that the
+    module's own ``except Exception`` does not swallow it."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"it called os._exit({status}) while being imported")
+
+
+# The (process, thread)s importing the user's code now, each with its depth, and the os._exit they replaced.
+_GUARDED: dict[tuple[int, int], int] = {}
+_GUARD_LOCK = threading.Lock()
+_real_exit: Callable[[int], Any] | None = None
+
+
+def _guarded_exit(status: int) -> None:
+    if (os.getpid(), threading.get_ident()) in _GUARDED:
+        raise _ExitedWhileImported(status)
+    assert _real_exit is not None
+    _real_exit(status)
+
+
+@contextlib.contextmanager
+def _no_exit() -> Iterator[None]:
+    """Within it, ``os._exit`` called by this thread raises ``_ExitedWhileImported`` instead of ending the process
+    at once, where nothing could report it (``lowprec validate`` would exit with the status the user's module
+    chose, 0 included, having checked nothing). ``sys.exit`` needs no guard: its SystemExit is caught as any
+    exception. Other threads, and a child the module forks, exit as they ask; the real ``os._exit`` is back once
+    no thread imports."""
+    global _real_exit
+    me = (os.getpid(), threading.get_ident())
+    with _GUARD_LOCK:
+        if not _GUARDED:
+            _real_exit, os._exit = os._exit, _guarded_exit
+        _GUARDED[me] = _GUARDED.get(me, 0) + 1
+    try:
+        yield
+    finally:
+        with _GUARD_LOCK:
+            _GUARDED[me] -= 1
+            if not _GUARDED[me]:
+                del _GUARDED[me]
+            if not _GUARDED:
+                os._exit = _real_exit
+
+
 def import_module(where: str) -> ModuleType:
     """The module at ``where``: a dotted module name, or a ``.py`` file (imported once per process).
 
-    Whatever the user's code raises while importing becomes a one-line ReferenceProblem.
+    Whatever the user's code raises while importing becomes a one-line ReferenceProblem; so does a call
+    of ``os._exit`` or ``sys.exit`` there.
     """
+    with _no_exit():
+        return _import_module(where)
+
+
+def _import_module(where: str) -> ModuleType:
     try:
         if not where.endswith(".py"):
             return importlib.import_module(where)
@@ -78,10 +131,19 @@ def import_module(where: str) -> ModuleType:
     except ReferenceProblem:
         raise
     except ModuleNotFoundError as error:
-        raise ReferenceProblem(f"cannot import {where}: no module named {error.name!r}") from None
+        # The reference's own package missing: say where it was looked for.
+        hint = (" (a module is looked up among the installed packages and in the sweep file's folder)"
+                if not where.endswith(".py") and error.name == where.split(".")[0] else "")
+        raise ReferenceProblem(f"cannot import {where}: no module named {error.name!r}{hint}") from None
+    except _ExitedWhileImported as error:
+        raise ReferenceProblem(f"cannot import {where}: {error}") from None
     except BaseException as error:  # the user's module body may raise anything, SystemExit included
         if isinstance(error, KeyboardInterrupt):
             raise
+        if isinstance(error, SystemExit):
+            code = "" if error.code is None else repr(error.code)
+            raise ReferenceProblem(f"cannot import {where}: it called sys.exit({code}) while being imported") \
+                from None
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise ReferenceProblem(f"cannot import {where}: {type(error).__name__}" + (f": {first}" if first else "")) \
             from None

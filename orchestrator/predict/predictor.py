@@ -29,6 +29,11 @@ Time to accuracy: speedup x (fp32's steps to the target / the configuration's), 
 ``steps_to_target`` with the most workers in the folder (``outcomes``); where either is unknown, the
 per-step speedup. PowerSGD and trials run on GPUs are not modelled (say so, skip).
 
+What a configuration's models are worth is what the study is judged by (``orchestrator.study.quality.quality``:
+the metric of its target): its change against fp32, in accuracy points (column ``accuracy_delta_points``) or,
+for a target on test_loss or test_perplexity, in nats of test loss (``loss_delta_nats``; positive: worse);
+``advise`` takes its limit in that unit (``LIMIT_FLAGS``).
+
 ``trial_predictions`` predicts the multi-worker trials run on an emulated cluster from their
 calibrated links (the results export's ``predicted_step_time_s``, and the validation grid).
 """
@@ -58,10 +63,13 @@ import workloads
 from compressors.comm import collectives
 
 from . import perfmodel
+from ..study.quality import Quality, quality
 from ..study import predictor_inputs
+from ..study.columns import TARGET_METRICS
 from ..study.labels import config_label, config_labels
 from .profile import Profile, profile
 from ..study.records import RENAMED, read_records, write_atomic
+from ..study.settings import TARGET_KEYS, import_modules
 
 DEFAULT_BUCKET_CAP_MB = 25
 CACHE_DIR = "predict_cache"
@@ -99,10 +107,39 @@ MAX_WORKERS = 65_536  # predict's --num_workers: beyond any cluster modelled, an
 DEFAULT_INTRA_BPS = 2.4e12
 INTRA_RATE_RANGE_BPS = (8e3, 1e14)
 # What the model reads of trials.csv: each configuration's one-worker times, then what its trials reached
-# (time_to_target_s; steps_to_target and accuracy_delta where the table has them, unknown in older tables).
+# (time_to_target_s; steps_to_target and the change against fp32, accuracy_delta or loss_delta, where the table
+# has them, unknown in older tables).
 PHASES = ("compute_s", "encode_s", "decode_s", "exposed_comm_s")
 _NEEDED = ("trial_id", *PHASES, "time_to_target_s")
-_OUTCOME_NUMBERS = ("steps_to_target", "accuracy_delta")
+_OUTCOME_NUMBERS = ("steps_to_target", "accuracy_delta", "loss_delta")
+# How a study without a target on a loss is judged (quality of no trials).
+ACCURACY = quality(pd.DataFrame())
+# advise's limit on how much worse than fp32 a recommended configuration may end, by the column of trials.csv the
+# study is judged by (Quality.delta): its flag and default. 0.05 nats of test loss: a perplexity exp(0.05) = 1.05
+# times fp32's, about what 0.5 points are to an accuracy.
+LIMIT_FLAGS = {"accuracy_delta": ("max_accuracy_loss", 0.5), "loss_delta": ("max_loss_increase", 0.05)}
+
+
+def judged_by(records: list[dict[str, Any]]) -> Quality:
+    """What the study of the trial ``records`` is judged by: ``quality`` of their targets."""
+    return quality(pd.DataFrame([{key: r["settings"].get(key) for key in TARGET_KEYS} for r in records],
+                                columns=list(TARGET_KEYS)))
+
+
+def delta_column(judged: Quality) -> str:
+    """The predictions' column of the change against fp32 of what the study is judged by, named with its unit:
+    accuracy_delta_points, loss_delta_nats."""
+    return f"{judged.delta}_{judged.unit}"
+
+
+def columns(judged: Quality) -> list[str]:
+    """The predictions' columns for a study judged so: ``COLUMNS``, its change against fp32 named for it."""
+    return [delta_column(judged) if c == delta_column(ACCURACY) else c for c in COLUMNS]
+
+
+def worse_is_higher(judged: Quality) -> bool:
+    """Whether a positive change against fp32 is worse (a loss) rather than better (an accuracy)."""
+    return TARGET_METRICS[judged.metric] == "lower"
 
 
 @dataclass(frozen=True)
@@ -144,8 +181,8 @@ def inputs_alone(results: Path) -> Trials:
 def read_table(results: Path, records: list[dict[str, Any]]) -> pd.DataFrame:
     """``results``/trials.csv, checked against the trial ``records``: ValueError, one line saying how to rebuild
     it, where it cannot be read, lacks a column the model reads, repeats a trial, or is older than the records.
-    Its numbers as floats: text or an empty cell is NaN, and a step count or an accuracy change that is not
-    finite is unknown."""
+    Its numbers as floats: text or an empty cell is NaN, and a step count or a change against fp32 (accuracy,
+    loss) that is not finite is unknown."""
     path = results / "trials.csv"
     rebuild = f"rebuild it with `lowprec export {results}`"
     try:
@@ -247,15 +284,19 @@ class Outcome:
     num_workers: int
     steps: float  # mean steps_to_target; NaN: unknown (not reached by every trial, or not recorded)
     reached: bool  # every one of those trials finished ok and reached the target
-    accuracy_points: float  # mean accuracy_delta (against fp32) in percentage points; NaN: no fp32 to compare
+    # the mean change against fp32 of what the study is judged by (its Quality: trials.csv's accuracy_delta in
+    # percentage points, or loss_delta in nats, positive: worse); NaN: no fp32 to compare
+    delta: float
     not_ok: tuple[str, ...]  # the statuses other than ok among those trials (unstable, diverged, failed)
 
 
-def outcomes(records: list[dict[str, Any]], table: pd.DataFrame) -> dict[tuple[str, str], Outcome]:
+def outcomes(records: list[dict[str, Any]], table: pd.DataFrame,
+             judged: Quality = ACCURACY) -> dict[tuple[str, str], Outcome]:
     """Per configuration (``step_key``), its ``Outcome`` from the trials.csv rows of its trials with the most
     workers, whatever their status: a configuration that collapsed with the most workers did not reach the
     target, even where a trial with fewer did. Where trials.csv has no ``steps_to_target`` (a folder from
-    before that column), reaching the target is a finite ``time_to_target_s`` and the steps are unknown."""
+    before that column), reaching the target is a finite ``time_to_target_s`` and the steps are unknown.
+    The change against fp32 is that of what the study is ``judged`` by."""
     rows = table.set_index("trial_id")
     counted = "steps_to_target" in table.columns
     runs: dict[tuple[str, str], list[tuple[dict[str, Any], pd.Series]]] = {}
@@ -269,12 +310,13 @@ def outcomes(records: list[dict[str, Any]], table: pd.DataFrame) -> dict[tuple[s
         not_ok = tuple(sorted({record["status"] for record, _ in top if record["status"] != "ok"}))
         crossed = [float(row["steps_to_target"] if counted else row["time_to_target_s"]) for row in ok]
         reached = not not_ok and all(math.isfinite(v) for v in crossed)
-        deltas = [float(row.get("accuracy_delta", math.nan)) for row in ok]
-        # accuracy_delta is a share of the test set: in points, rounded where the float product leaves
-        # noise (-0.005 is 0.5 points exactly, not 0.5000000000000001) so a limit of 0.5 admits it
-        points = round(100 * statistics.fmean(deltas), 9) if ok else math.nan
+        deltas = [float(row.get(judged.delta, math.nan)) for row in ok]
+        # in the unit shown (accuracy_delta, a share of the test set, in points), rounded where the float
+        # arithmetic leaves noise (-0.005 is 0.5 points exactly, not 0.5000000000000001; a loss of 3.05 against
+        # 3.0 is 0.05 nats, not 0.04999999999999982) so a limit of 0.5 points or 0.05 nats admits it
+        delta = round(judged.scale * statistics.fmean(deltas), 9) if ok else math.nan
         steps = statistics.fmean(crossed) if counted and reached else math.nan
-        found[key] = Outcome(most, steps, reached, points, not_ok)
+        found[key] = Outcome(most, steps, reached, delta, not_ok)
     return found
 
 
@@ -589,6 +631,8 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     model's step profile (default: ``measured``'s)."""
     target = cluster(num_workers, workers_per_host, bandwidth_bps, latency_s, intra_bandwidth_bps)
     records = read_records(results)
+    # The study's imports first: a compressor of the user's registers itself there.
+    import_modules(list(dict.fromkeys(text for r in records for text in (r["settings"].get("imports") or ()))))
     csv = read_table(results, records)
     trials = pairs(records, csv)
     # a predictor input stands in for a one-worker trial of a configuration the grid ran (its outcome is the grid's)
@@ -609,7 +653,8 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
                          f"{f' that can be used ({unusable})' if unusable else ''}: the baseline and the "
                          "compute time come from it")
     prof, reduce, cache_notes = measured(results, fp32.settings, prof)
-    outcome_of = outcomes(records, csv)
+    study = judged_by(records)
+    outcome_of = outcomes(records, csv, study)
     # shown as the study's tables show them: parameters and algorithm only where not the defaults
     label = dict(zip((c.key for c in configs),
                      config_labels([{**c.settings, **(c.settings["compressor_params"] or {})} for c in configs], [])))
@@ -652,13 +697,14 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
                      # an unknown steps ratio counts as 1: the per-step speedup, and a note says so
                      "steps_ratio_vs_fp32": ratio,
                      "tta_speedup_vs_fp32": base / step * (ratio if math.isfinite(ratio) else 1.0),
-                     "accuracy_delta_points": outcome.accuracy_points, "reached_target": outcome.reached,
+                     delta_column(study): outcome.delta, "reached_target": outcome.reached,
                      "break_even_bps": even, "speedup_bound": perfmodel.speedup_bound(base, fp32.compute_s)})
     notes += _outcome_notes(configs, label, outcome_of, fp32, "steps_to_target" in csv.columns)
     if len(predicted) > len(configs):
         notes.append(f"hierarchical: no such trial was run; each row is its sra configuration's codec on 1/"
-                     f"{workers_per_host} of each bucket, with the steps to target and accuracy of its flat sra trials")
-    return pd.DataFrame(rows, columns=COLUMNS), notes + cache_notes
+                     f"{workers_per_host} of each bucket, with the steps to target and {study.name} of its flat sra "
+                     "trials")
+    return pd.DataFrame(rows, columns=columns(study)), notes + cache_notes
 
 
 def _outcome_notes(configs: list[Configuration], label: dict[tuple[str, str], str],
@@ -781,33 +827,42 @@ def trial_predictions(trials: Trials, inputs: Trials | None = None, cpu_count: i
     return out
 
 
-def _points(value: float) -> str:
-    """Percentage points as a person writes them: 2.7, 0.25, 3."""
-    return f"{value:.2f}".rstrip("0").rstrip(".")
+def _points(value: float, decimals: int = 2) -> str:
+    """Percentage points (or nats, to ``decimals``) as a person writes them: 2.7, 0.25, 3."""
+    return f"{value:.{decimals}f}".rstrip("0").rstrip(".")
 
 
-def exclusion(row: pd.Series, max_accuracy_loss: float) -> str | None:
-    """Why advise does not recommend a configuration (a row of ``predict``'s table), or None."""
+# Decimals of a change against fp32 in advise's lines: points to 2 (0.25), nats to 3 (0.051 of a limit of 0.05).
+_DECIMALS = {"points": 2, "nats": 3}
+
+
+def exclusion(row: pd.Series, max_loss: float, judged: Quality = ACCURACY) -> str | None:
+    """Why advise does not recommend a configuration (a row of ``predict``'s table for a study ``judged`` so), or
+    None: it ended more than ``max_loss`` (in the unit of what the study is judged by) worse than fp32."""
     if not row["reached_target"]:
         return "did not reach the target"
-    points = float(row["accuracy_delta_points"])
-    if math.isnan(points):
-        return "accuracy change vs fp32 unknown (no finished fp32 trial with as many workers)"
-    if points < -max_accuracy_loss:
-        return f"lost {_points(-points)} points (max {max_accuracy_loss:g})"
+    delta = float(row[delta_column(judged)])
+    if math.isnan(delta):
+        return f"{judged.name} change vs fp32 unknown (no finished fp32 trial with as many workers)"
+    worse = delta if worse_is_higher(judged) else -delta
+    if worse > max_loss:
+        amount = _points(worse, _DECIMALS[judged.unit])
+        if worse_is_higher(judged):
+            return f"{judged.name} {amount} {judged.unit} above fp32's (max {max_loss:g})"
+        return f"lost {amount} {judged.unit} (max {max_loss:g})"
     return None
 
 
-def advice(table: pd.DataFrame, max_accuracy_loss: float) -> str:
+def advice(table: pd.DataFrame, max_loss: float, judged: Quality = ACCURACY) -> str:
     """The configuration that pays most on that cluster in time to accuracy, among those that reached the target
-    and lost at most ``max_accuracy_loss`` points of fp32's accuracy, and why; or that none pays; then, a
-    line each, the configurations left out and why."""
+    and ended at most ``max_loss`` worse than fp32 in what the study is ``judged`` by (points of accuracy, nats
+    of test loss), and why; or that none pays; then, a line each, the configurations left out and why."""
     others = table[table["compressor"] != "fp32"]
-    why = {index: exclusion(row, max_accuracy_loss) for index, row in others.iterrows()}
+    why = {index: exclusion(row, max_loss, judged) for index, row in others.iterrows()}
     ranked = others.loc[[i for i in others.index if why[i] is None]].sort_values("tta_speedup_vs_fp32",
                                                                                  ascending=False)
     bound = float(table["speedup_bound"].iloc[0])
-    within = f"reached the target within {max_accuracy_loss:g} points of fp32's accuracy"
+    within = f"reached the target within {max_loss:g} {judged.unit} of fp32's {judged.name}"
     if others.empty:
         lines = ["none pays: the folder has no configuration but fp32"]
     elif ranked.empty:
@@ -823,7 +878,8 @@ def advice(table: pd.DataFrame, max_accuracy_loss: float) -> str:
                  if math.isfinite(ratio) else f"{best['speedup_vs_fp32']:.2f}x fp32 per step; steps to target unknown")
         even = float(best["break_even_bps"])
         pays = "at any bandwidth" if math.isinf(even) else f"below {even / 1e9:.3g} Gbit/s"
-        lines = [f"{best['configuration']}: {speed}; accuracy {best['accuracy_delta_points']:+.2f} points vs fp32, "
+        change = f"{float(best[delta_column(judged)]):+.{_DECIMALS[judged.unit]}f}"
+        lines = [f"{best['configuration']}: {speed}; {judged.name} {change} {judged.unit} vs fp32, "
                  f"target reached; the bound for any compressor is {bound:.2f}x; it pays {pays}"]
     return "\n".join(lines + [f"excluded {others.loc[i, 'configuration']}: {text}"
                               for i, text in why.items() if text is not None])

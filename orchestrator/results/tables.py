@@ -14,15 +14,15 @@ one label format of orchestrator.study.labels, for summary.md and the plots.
 from __future__ import annotations
 
 import json
-import ast
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..study.columns import ID_COLUMNS, MODEL_COLUMNS, RESULT_COLUMNS, STEP_METRICS, column, median_low_index
 from ..study import labels
+from ..study.quality import Quality, quality, targets
 from ..study.settings import FP32, SIXTEEN_BIT, TEST_HOOKS, compressor_param_names
 
 __all__ = [
@@ -205,46 +205,6 @@ def loss_delta(trials: pd.DataFrame) -> pd.Series:
     fp32 = (trials["status"] == "ok") & (trials["compressor"] == FP32)
     baseline = numeric(trials["final_loss"])[fp32].groupby(keys["workload"][fp32]).mean()
     return numeric(trials["final_loss"]) - keys["workload"].map(baseline)
-
-
-class Quality(NamedTuple):
-    """What a study's trained models are judged by: the metric of its target."""
-
-    metric: str  # the target's metric: test_accuracy, test_loss or test_perplexity
-    final: str  # trials.csv's column of the final value
-    delta: str  # ... and of its change against fp32
-    name: str  # in words
-    scale: float  # the change is shown times this ...
-    unit: str  # ... in this unit
-    short: str  # the name of its curve's figure: <short>_vs_time.png
-
-
-_QUALITIES = {
-    "test_accuracy": Quality("test_accuracy", "final_accuracy", "accuracy_delta", "accuracy", 100.0, "points",
-                             "accuracy"),
-    "test_loss": Quality("test_loss", "final_loss", "loss_delta", "test loss", 1.0, "nats", "loss"),
-    "test_perplexity": Quality("test_perplexity", "final_loss", "loss_delta", "test loss", 1.0, "nats", "loss"),
-}
-
-
-def targets(trials: pd.DataFrame) -> list[tuple[str, float]]:
-    """The distinct ``(metric, value)`` targets of the trials (target, or its shorthand target_accuracy)."""
-    found = []
-    for target, accuracy in zip(trials.get("target", pd.Series(None, index=trials.index)),
-                                trials.get("target_accuracy", pd.Series(None, index=trials.index))):
-        if isinstance(target, str):  # read back from trials.csv
-            target = ast.literal_eval(target)
-        if isinstance(target, dict):
-            found.append((str(target["metric"]), float(target["value"])))
-        elif accuracy is not None and pd.notna(accuracy):
-            found.append(("test_accuracy", float(accuracy)))
-    return sorted(set(found))
-
-
-def quality(trials: pd.DataFrame) -> Quality:
-    """The study's measure of its models: its targets' metric where they share one, else accuracy."""
-    metrics = {metric for metric, _ in targets(trials)}
-    return _QUALITIES[metrics.pop()] if len(metrics) == 1 else _QUALITIES["test_accuracy"]
 
 
 def sixteen_bit_baseline(trials: pd.DataFrame) -> str | None:

@@ -106,6 +106,10 @@ def check_workload(trial: dict[str, Any], data_root: Path | None = None) -> None
     with _blamed(data_key):
         data = workloads.build_dataset(trial["dataset"], data_dir=data_dir, seed=trial["seed"],
                                        **schema.dataset_options_of(trial))
+    target = schema.target_of(trial)
+    problem = target and schema.target_task_problem(target[0], trial["dataset"], data.task)
+    if problem:  # a factory's task is known once it is built
+        raise Problem("target" if trial.get("target") is not None else "target_accuracy", problem)
     batches = {name: _first_batch(split, name, trial["batch_size"], data_key) for name, split in
                (("training", data.train), ("test", data.test))}
     for name, (_, y) in batches.items():

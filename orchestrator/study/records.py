@@ -279,6 +279,24 @@ def folder_problem(folder: Path, sweep: str | None = None) -> str | None:
     return None
 
 
+def in_use(folder: Path) -> str | None:
+    """Why another run holds ``folder`` (its ``.lock``, with who holds it), or None; nothing is created."""
+    import fcntl
+
+    try:
+        handle = (folder / ".lock").open("r")
+    except OSError:  # no lock file: no run has held it
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            holder = handle.read().strip() or "another process"
+            return (f"{folder} is in use by another run ({holder}); wait for it, or choose another --results "
+                    "folder")
+    return None
+
+
 def claim(folder: Path, sweep: str) -> None:
     """Mark ``folder`` (made if needed) as the results folder of ``sweep``; call once ``folder_problem``
     found nothing. OSError where it cannot be written."""

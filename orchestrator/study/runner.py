@@ -50,8 +50,8 @@ from .sweep_file import Sweep, training_settings
 from ..cluster.emulation import HEADROOM, HOST_RESOURCE, Cluster
 from .progress import Progress
 from .failures import reason_of
-from .records import (CODE, SKIPPED, atomic_path, kept_code, claim, finished_ids, folder_problem, make_record, read_records, retire,
-                      trials_dir, write_atomic, write_record)
+from .records import (CODE, SKIPPED, atomic_path, claim, finished_ids, folder_problem, in_use, kept_code, make_record,
+                      read_records, retire, trials_dir, write_atomic, write_record)
 
 _OBJECT_STORE_BYTES = 256 * 1024**2  # trials exchange only metrics; keep local Ray small
 _JOIN_TIMEOUT_S = 10.0  # a cluster to join that accepts no connection in this long is not there
@@ -78,11 +78,8 @@ def _lock(results: Path) -> TextIO:
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
         handle.close()
-        raise ResultsExist(f"{results} is in use by another run ({holder}); wait for it, or choose another "
-                           "--results folder") from None
+        raise ResultsExist(in_use(results) or f"{results} is in use by another run") from None
     handle.seek(0)
     handle.truncate()
     started = datetime.datetime.now().isoformat(timespec="seconds")
@@ -106,7 +103,7 @@ def run_sweep(sweep: Sweep, results: str | os.PathLike, *, address: str | None =
     plots there), before this returns.
     OSError where the folder cannot be written."""
     results = Path(results).resolve()
-    problem = folder_problem(results, sweep.name)
+    problem = in_use(results) or folder_problem(results, sweep.name)  # a run starting there: not a stranger's
     if problem:
         raise ResultsExist(problem)
     results.mkdir(parents=True, exist_ok=True)

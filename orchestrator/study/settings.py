@@ -181,6 +181,8 @@ SIXTEEN_BIT = ("fp16", "bf16")
 BASELINES = (FP32, SIXTEEN_BIT[0])
 # Settings that exist for the tests: kept in the trial records, left out of the results' tables.
 TEST_HOOKS = ("fail_at_epoch", "force_nan_at_step")
+# A sweep's target: one of these, given a value (null, the training loop's "no target", is refused in a sweep file).
+TARGET_KEYS = ("target", "target_accuracy")
 
 
 def param(name: str) -> Param:
@@ -320,9 +322,28 @@ def _target_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
     if metric not in columns.TARGET_METRICS:
         yield "target", f"target metric must be one of {', '.join(columns.TARGET_METRICS)}, got {metric!r}"
         return
-    bound = Param("value", None, float, low=0, low_open=True, high=1 if metric == "test_accuracy" else None)
+    # A perplexity is exp(loss per token), a loss >= 0: at least 1.
+    bound = Param("value", None, float, low=1, low_open=False) if metric == "test_perplexity" else \
+        Param("value", None, float, low=0, low_open=True, high=1 if metric == "test_accuracy" else None)
     if bound.problem(bound.read(value)):
         yield "target", f"target value for {metric} must be {bound.describe()}, got {value!r}"
+        return
+    # A user's factory tells its task when built: the training loop checks it there (target_task_problem).
+    problem = target_task_problem(metric, settings["dataset"], workloads.DATASET_TASKS.get(settings["dataset"]))
+    if problem:
+        yield "target", problem
+
+
+def target_task_problem(metric: str, dataset: str, task: str | None) -> str | None:
+    """What is wrong with a target on ``metric`` for ``dataset``, whose samples serve ``task`` (None: not known
+    yet, a factory's before it is built); None if nothing. test_perplexity is a language model's alone: a
+    classification's evaluation has none, and its target would never be compared."""
+    if metric != "test_perplexity" or task is None or task == workloads.LANGUAGE_MODEL:
+        return None
+    language = [name for name, t in workloads.DATASET_TASKS.items() if t == workloads.LANGUAGE_MODEL]
+    return (f"target metric test_perplexity needs a language-model dataset ({', '.join(language)}, or a factory "
+            f"whose DatasetPair has task {workloads.LANGUAGE_MODEL!r}); dataset {dataset!r} serves {task}: use "
+            "test_accuracy or test_loss")
 
 
 def target_of(settings: dict[str, Any]) -> tuple[str, float] | None:

@@ -43,6 +43,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +57,7 @@ from . import settings as schema
 from .labels import config_labels
 from .records import MARKER, kept_code
 
-__all__ = ["SweepFileError", "Sweep", "load_sweep", "settings_of", "trial_id_of"]
+__all__ = ["SweepFileError", "Sweep", "hierarchy_problem", "load_sweep", "settings_of", "trial_id_of"]
 
 
 class SweepFileError(ValueError):
@@ -226,6 +227,10 @@ class _Entry:
     workload: dict[str, list[Any]] = field(default_factory=dict)
     where: str = "baselines"
     line: int = 1
+    # The line of each of its workload settings.
+    lines: dict[str, int] = field(default_factory=dict)
+    # Whether the file writes it (not a baseline the sweep adds, nor the default compressor of a file without one).
+    written: bool = True
 
 
 class _Checker:
@@ -257,6 +262,9 @@ class _Checker:
             raise self.fail(line, f"unknown key {_short(key)} in {where}{suggestion}")
 
     def value(self, param: Param, value: Any, where: str, line: int) -> Any:
+        if value is None and param.name in schema.TARGET_KEYS:  # null: the training loop's "no target"
+            raise self.fail(line, f"{where} is null: a sweep needs a target, target: {{metric: NAME, value: V}} "
+                                  "or target_accuracy: V, with a value")
         value = param.read(value)
         problem = param.problem(value)
         if problem:
@@ -318,6 +326,7 @@ class _Checker:
             self.keys(overrides, [p.name for p in schema.WORKLOAD], f"{where}.workload")
             out.workload = {key: self.axis(schema.param(key), raw, f"{where}.workload.{key}", overrides.lines[key])
                             for key, raw in overrides.items()}
+            out.lines = {key: overrides.lines[key] for key in overrides}
         return out
 
 
@@ -370,6 +379,11 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     path = Path(path)
     check = _Checker(path)
     top = check.mapping(_read_yaml(path), "the sweep file", 1)
+    # A package beside the sweep file (`mylab.models:fn`) is found wherever the sweep runs from; installed
+    # packages come first.
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
     axis_names = [p.name for p in schema.AXES]
     axis_hint = {key: "it is a grid axis; put it under 'sweep'" for key in axis_names}
     check.keys(top, [*(p.name for p in schema.SWEEP), *_SECTIONS], "the sweep file", axis_hint)
@@ -414,9 +428,11 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         raise check.fail(raw_entries.line, "sweep.compressor is an empty list")
     entries = [check.compressor_entry(item, f"sweep.compressor[{i}]", raw_entries.lines[i])
                for i, item in enumerate(raw_entries)]
+    if "compressor" not in sweep_map:
+        entries[0].written = False
     if top_settings["baselines"]:  # a baseline the file lists as it is, is not added twice
         plain = {e.compressor for e in entries if not (e.params or e.algorithms or e.workload)}
-        entries = [_Entry(baseline) for baseline in schema.BASELINES if baseline not in plain] + entries
+        entries = [_Entry(baseline, written=False) for baseline in schema.BASELINES if baseline not in plain] + entries
 
     lines = {**{k: workload_map.lines[k] for k in workload_map}, **{k: sweep_map.lines[k] for k in sweep_map},
              **{k: cluster_map.lines[k] for k in cluster_map}}
@@ -440,7 +456,8 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
                              f"num_workers {workers} is more than the {slots} workers the emulated cluster holds "
                              f"(cluster.emulate: {emulate['hosts']} hosts x {emulate['workers_per_host']} "
                              "workers_per_host)")
-    trials = _expand(check, {**workload, "imports": top_settings["imports"]}, cluster, axes, entries, lines, files)
+    trials = _expand(check, {**workload, "imports": top_settings["imports"]}, cluster, axes, entries,
+                     {**lines, "workload": top.lines["workload"]}, files)
     return Sweep(name, path, cluster, top_settings["max_concurrent_trials"], trials, top_settings["predictor_inputs"],
                  top_settings["preflight"], {**lines, "workload": top.lines["workload"]}, files)
 
@@ -448,10 +465,50 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
 # ---------------------------------------------------------------- grid expansion and names
 
 
+def _problem(check: _Checker, key: str, message: str, entry: _Entry, entries: list[_Entry],
+             lines: dict[str, int]) -> SweepFileError:
+    """A trial's problem with setting ``key``, at the line that gave it its value: the entry's own workload, else
+    the workload or a sweep axis. A value no line gave (the default) is reported where another entry sets it
+    (the trial is not that entry's), else at the entry the file writes, else (a baseline the sweep adds, the
+    default compressor) at the workload, where a setting for every trial is written."""
+    if key in entry.workload:
+        return check.fail(entry.lines[key], f"{entry.where}.workload.{key}: {message}")
+    if key in lines and key != "workload":
+        return check.fail(lines[key], f"{key}: {message}")
+    elsewhere = next((other for other in entries if key in other.workload), None)
+    if elsewhere is not None:
+        return check.fail(elsewhere.lines[key], f"{entry.where}: {key}: {message}; {key} is set only in "
+                                                f"{elsewhere.where}.workload, for that entry alone: set it under "
+                                                "workload (or sweep) for every trial")
+    if entry.written:
+        return check.fail(entry.line, f"{entry.where}: {key}: {message}")
+    return check.fail(lines["workload"], f"{key}: {message}")
+
+
+def hierarchy_problem(trial: dict[str, Any], workers_per_host: int) -> str | None:
+    """Why algorithm hierarchical cannot run a trial's workers on an emulated cluster of ``workers_per_host`` slots
+    a host (the sweep's cluster.emulate, or one `lowprec cluster up` made); None if it can.
+
+    Every host must hold the same number of the trial's ranks (``Topology.workers_per_host``). Ray packs a
+    trial's workers onto as few hosts of ``workers_per_host`` slots as hold them, the ranks of a host
+    consecutive (orchestrator.study.gang), so that holds where num_workers is at most workers_per_host (one
+    host) or a multiple of it (full hosts).
+    """
+    if trial["algorithm"] != "hierarchical":
+        return None
+    workers, per_host = trial["num_workers"], workers_per_host
+    if workers <= per_host or workers % per_host == 0:
+        return None
+    return (f"num_workers {workers} with algorithm hierarchical: Ray packs a trial's workers onto the emulated "
+            f"hosts of workers_per_host={per_host} slots, {workers} as {workers // per_host} full host(s) and one of "
+            f"{workers % per_host}, and the hierarchical algorithm needs as many workers on every host: use a "
+            f"num_workers that is a multiple of {per_host} (or at most {per_host}), or another algorithm")
+
+
 def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], axes: dict[str, list[Any]],
             entries: list[_Entry], lines: dict[str, int], files: dict[str, str]) -> list[dict[str, Any]]:
-    """The grid's trials; ``lines``: where each workload setting and axis was written; ``files`` gains the
-    user's files they name."""
+    """The grid's trials; ``lines``: where each workload setting and axis was written, and the workload itself;
+    ``files`` gains the user's files they name."""
     top_algorithms = axes.pop("algorithm", [])
     trials, seen = [], set()
     for entry in entries:
@@ -488,14 +545,16 @@ def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], 
                             # written (the runner joins it to this folder), so trial ids do not depend on
                             # where the sweep runs.
                             data_dir = settings["data_dir"] = os.path.expanduser(data_dir)
-                            if not Path(data_dir).is_dir():
-                                line = entry.line if "data_dir" in overrides else lines.get("data_dir", entry.line)
+                            if not Path(data_dir).is_dir():  # written in the entry's workload, or the file's
+                                line = entry.lines["data_dir"] if "data_dir" in overrides else lines["data_dir"]
                                 raise check.fail(line, f"data_dir {short_repr(data_dir, _PATH_LIMIT)} is not a folder here "
                                                        f"(relative to {Path.cwd()})")
                         for key, message in schema.relation_problems(settings):
-                            if key in overrides or key not in lines:
-                                raise check.fail(entry.line, f"{entry.where}: {key}: {message}")
-                            raise check.fail(lines[key], f"{key}: {message}")
+                            raise _problem(check, key, message, entry, entries, lines)
+                        problem = cluster["emulate"] and hierarchy_problem(settings,
+                                                                           cluster["emulate"]["workers_per_host"])
+                        if problem:
+                            raise check.fail(lines.get("num_workers", entry.line), problem)
                         trial_id = trial_id_of(settings)
                         if trial_id in seen:  # a baseline also listed, an axis a compressor ignores
                             continue

@@ -48,6 +48,11 @@ Report = Callable[[dict[str, Any]], None]
 EVAL_BATCH = 1000  # samples per forward pass when evaluating an in-memory classification split
 
 
+class SettingError(ValueError):
+    """A setting that the built workload shows to be invalid (a target metric the dataset's task has no
+    value of), found before the first step: the command line's usage error, as the settings it checks."""
+
+
 def _backend(config: dict[str, Any]) -> str:
     return config["backend"] if config["backend"] != "auto" else ("nccl" if config["use_gpu"] else "gloo")
 
@@ -234,6 +239,11 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
     for name, split in (("training", data.train), ("test", data.test)):
         if len(split) == 0:  # no step, or no evaluation, would follow
             raise ValueError(f"dataset {config['dataset']}: the {name} split has no samples")
+    target = settings.target_of(config)
+    # A factory's task is known now (a built-in's was checked with the settings).
+    problem = target and settings.target_task_problem(target[0], config["dataset"], data.task)
+    if problem:
+        raise SettingError(f"setting target: {problem}")
     torch.manual_seed(config["seed"])  # identical initial weights on every rank
     model = workloads.build_model(config["model"], data.input_shape, data.num_classes,
                                   **settings.model_options_of(config)).to(device)
@@ -266,7 +276,6 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
     history: list[dict[str, Any]] = []
     status, reason, train_time, reached_at, reached_step = "ok", None, 0.0, None, None
     global_step = 0
-    target = settings.target_of(config)
     for epoch_number in range(1, config["epochs"] + 1):
         if config["fail_at_epoch"] == epoch_number:
             raise RuntimeError(f"fail_at_epoch={epoch_number}: failing on purpose")
@@ -433,7 +442,10 @@ def main(argv: list[str] | None = None) -> None:
                   f"bytes_sent {m['bytes_sent']:.0f}"
                   + (f"  steps_to_target {m['steps_to_target']}" if m["steps_to_target"] is not None else ""),
                   flush=True)
-    result = train(args["config"], report=show)
+    try:
+        result = train(args["config"], report=show)
+    except SettingError as error:  # found once the data is built: a usage error, as check_training's
+        _parser().error(str(error))
     if not dist.is_initialized() or dist.get_rank() == 0:
         s = result["model_summary"]
         print(f"model: {s['parameters']:,} parameters, {s['grad_bytes_fp32']:,} gradient bytes in fp32, "

@@ -141,3 +141,16 @@ def test_without_torchvision(tmp_path, monkeypatch):
     with pytest.raises(ValueError) as err:
         load_image_folder(tmp_path, seed=0)
     assert str(err.value) == 'dataset image_folder needs torchvision: pip install "lowprec[vision]"'
+
+
+def test_the_dataset_check_says_torchvision_is_missing(monkeypatch):
+    # before anything is built: `lowprec validate` refuses image_folder at its line, as torchvision:NAME models
+    import workloads
+    from workloads import image_folder
+
+    monkeypatch.setitem(sys.modules, "torchvision", None)
+    assert workloads.dataset_problem("image_folder", {}) == \
+        'dataset image_folder needs torchvision: pip install "lowprec[vision]"'
+    assert workloads.dataset_problem("synthetic", {}) is None
+    monkeypatch.setattr(image_folder, "import_torchvision", lambda owner: object())
+    assert workloads.dataset_problem("image_folder", {}) is None

@@ -1,8 +1,8 @@
 """The predictor (orchestrator/predict/predictor.py) and `lowprec predict`/`advise` on a results folder written
 here (records and trials.csv as `lowprec run` writes them): DDP's buckets, the one-worker trials as
 inputs, emulated clusters' links and shared cores, device scales, latencies and the busy machine's floor;
-steps to the target and accuracy from the trials, the cache of what is measured here, advise's exclusions,
-the predictions' file names.
+steps to the target and accuracy (or test loss) from the trials, the cache of what is measured here, advise's
+exclusions, the predictions' file names.
 Clusters of multi-worker hosts: the hierarchical algorithm's traffic and plan, its rows, the CLI's refusals.
 What shared hosts cost (orchestrator/predict/sharing.py) is tested here too, as the predictor takes it.
 The model's formulas: test_perfmodel.py."""
@@ -523,6 +523,95 @@ def test_advise_leaves_out_what_lost_accuracy_or_missed_the_target(tmp_path, mon
         assert cli.main([*argv, "--max_accuracy_loss", bad]) == 2
         err = capsys.readouterr().err
         assert err == f"error: --max_accuracy_loss must be a number of points in [0, inf), got {float(bad)}\n"
+    # a study judged by accuracy names the column as it always did, and takes no limit in nats
+    assert predictor.columns(predictor.ACCURACY) == predictor.COLUMNS
+    assert cli.main([*argv, "--max_loss_increase", "0.05"]) == 2
+    assert capsys.readouterr().err == (f"error: --max_loss_increase does not fit {folder}, a study judged by its "
+                                       "accuracy (a test_accuracy target): give --max_accuracy_loss POINTS "
+                                       "(default 0.5)\n")
+
+
+def loss_study(tmp_path, outcomes, metric="test_loss"):
+    """``study``, every trial's target on ``metric`` (a language model's: test_loss or test_perplexity)."""
+    target = {"target": {"metric": metric, "value": 3.0}}
+    return study(tmp_path, [({**target, **settings}, rows) for settings, rows in outcomes])
+
+
+def test_advise_judges_a_loss_study_by_its_test_loss_in_nats(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    # onebit reached the target loss but ended 1.78 nats above fp32's test loss while its next-token accuracy
+    # rose 0.05 points: advise once recommended it by that accuracy
+    folder = loss_study(tmp_path, [
+        ({}, [{"steps_to_target": 50.0, "accuracy_delta": 0.0, "loss_delta": 0.0}]),
+        (QSGD, [{"steps_to_target": 50.0, "accuracy_delta": -0.01, "loss_delta": 0.03}]),
+        (ADAPTIVE, [{"steps_to_target": 50.0, "accuracy_delta": 0.0, "loss_delta": 0.06}]),
+        (ONEBIT, [{"steps_to_target": 50.0, "accuracy_delta": 0.0005, "loss_delta": 1.78}]),
+    ])
+    table, notes = predictor.predict(folder, 1e6, 2, 0.0)
+    judged = predictor.judged_by(predictor.read_records(folder))
+    assert (judged.delta, judged.unit) == ("loss_delta", "nats")
+    assert list(table.columns) == predictor.columns(judged)
+    assert "accuracy_delta_points" not in table.columns
+    assert list(table["loss_delta_nats"]) == [0.0, 0.03, 0.06, 1.78]  # positive: worse
+    _, qsgd, adaptive, onebit = table["configuration"]
+    assert list(table["tta_speedup_vs_fp32"].sort_values().index) == [0, 1, 2, 3]  # onebit the fastest
+    argv = ["advise", str(folder), "--bandwidth", "1mbit", "--num_workers", "2"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[-3:] == ["loss_delta_nats", "reached_target", "break_even_bps"]
+    assert out[-4].startswith(f"{qsgd}: ") and "; test loss +0.030 nats vs fp32, target reached; " in out[-4]
+    assert out[-3:-1] == [f"excluded {adaptive}: test loss 0.06 nats above fp32's (max 0.05)",
+                          f"excluded {onebit}: test loss 1.78 nats above fp32's (max 0.05)"]
+    saved = pd.read_csv(folder / "predictions" / "1mbit_2w_5us_overlap-true_x1.csv")
+    assert list(saved.columns) == predictor.columns(judged)
+    # the limit, in nats, is inclusive
+    assert cli.main([*argv, "--max_loss_increase", "0.06"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3].startswith(f"{adaptive}: ") and "; test loss +0.060 nats vs fp32, target reached; " in out[-3]
+    assert out[-2] == f"excluded {onebit}: test loss 1.78 nats above fp32's (max 0.06)"
+    assert predictor.advice(table, 0.0, judged).splitlines() == [
+        "none recommended: no configuration reached the target within 0 nats of fp32's test loss",
+        f"excluded {qsgd}: test loss 0.03 nats above fp32's (max 0)",
+        f"excluded {adaptive}: test loss 0.06 nats above fp32's (max 0)",
+        f"excluded {onebit}: test loss 1.78 nats above fp32's (max 0)"]
+    assert predictor.advice(table, 2.0, judged).splitlines()[0].startswith(f"{onebit}: ")
+    # a loss that fell is no loss: fp32 ended worse than the compressor
+    assert predictor.exclusion(pd.Series({"reached_target": True, "loss_delta_nats": -0.5}), 0.0, judged) is None
+    # the predict command shows the loss column too
+    assert cli.main(["predict", *argv[1:]]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[-3:] == ["loss_delta_nats", "reached_target",
+                                                                    "break_even_bps"]
+
+
+def test_a_perplexity_study_is_judged_by_its_test_loss_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    folder = loss_study(tmp_path, [({}, [{"steps_to_target": 50.0, "loss_delta": 0.0}]),
+                                   (QSGD, [{"steps_to_target": 50.0, "loss_delta": 0.0125},
+                                           {"steps_to_target": 50.0, "loss_delta": 0.0375}])],
+                        metric="test_perplexity")
+    table, _ = predictor.predict(folder, 1e6, 2, 0.0)
+    assert list(table["loss_delta_nats"]) == [0.0, 0.025]  # the mean over the seeds
+    judged = predictor.judged_by(predictor.read_records(folder))
+    assert predictor.advice(table, 0.05, judged).splitlines()[0].startswith(f"{table['configuration'][1]}: ")
+
+
+def test_advise_refuses_the_limit_of_another_metric_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    folder = loss_study(tmp_path, [({}, [{"steps_to_target": 50.0, "loss_delta": 0.0}])])
+    argv = ["advise", str(folder), "--bandwidth", "1mbit", "--num_workers", "2"]
+    refusal = (f"error: --max_accuracy_loss does not fit {folder}, a study judged by its test loss (a test_loss "
+               "target): give --max_loss_increase NATS (default 0.05)\n")
+    for flags in (["--max_accuracy_loss", "0"], ["--max_accuracy_loss", "0", "--max_loss_increase", "0.1"]):
+        assert cli.main([*argv, *flags]) == 2
+        assert capsys.readouterr() == ("", refusal)
+    for bad in ("nan", "-1", "inf"):
+        assert cli.main([*argv, "--max_loss_increase", bad]) == 2
+        assert capsys.readouterr() == ("", f"error: --max_loss_increase must be a number of nats in [0, inf), "
+                                           f"got {float(bad)}\n")
+    assert not (folder / "predictions").exists()  # refused before any work
 
 
 def test_predictions_are_saved_under_a_name_of_their_arguments(tmp_path, monkeypatch, capsys):
@@ -909,3 +998,36 @@ def test_an_emulated_sweeps_predictor_inputs_are_its_predictions_inputs(tmp_path
     # no sharing trials among them: the sharing is guessed from threads per core, as without predictor inputs
     assert predicted == predictor.trial_predictions(grid, [*grid, *alone], cpu_count=2)
     assert predicted["t1"]["encode_s"] == pytest.approx(0.002 * 2 * (1 + 1 / 4) / 2, rel=1e-12)
+
+
+def test_a_study_of_a_users_compressor_is_predicted_after_its_imports_load(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from compressors.core import registry
+    from workloads import references
+
+    before = dict(registry.COMPRESSORS), dict(registry._BY_WIRE_ID), dict(references._FILES)
+    module = tmp_path / "my_compressor.py"
+    module.write_text((Path(__file__).parent.parent / "data" / "my_compressor.py").read_text())
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    try:
+        name = "truncate16"
+        (tmp_path / "results").mkdir()
+        folder = write_folder(tmp_path / "results", [
+            ({"imports": [str(module)]}, ONE),
+            ({"imports": [str(module)], "compressor": name, "algorithm": "sra"}, {**ONE, "encode_s": 0.001}),
+        ])
+        assert name not in registry.COMPRESSORS  # only the study's imports register it
+        table, _ = predictor.predict(folder, 8e6, 2, 0.0, prof=PROFILE)
+        assert name in set(table["compressor"])
+    finally:
+        for now, then in zip((registry.COMPRESSORS, registry._BY_WIRE_ID, references._FILES), before):
+            now.clear()
+            now.update(then)
+
+
+def test_predicts_bandwidth_must_be_a_rate_and_is_not_offered_null(tmp_path, capsys):
+    folder = write_folder(tmp_path, [({}, ONE)])
+    assert cli.main(["predict", str(folder), "--bandwidth", "fast", "--num_workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: --bandwidth must be a rate from 8kbit to 100gbit, like 100mbit or 2.5gbit, got 'fast'\n"

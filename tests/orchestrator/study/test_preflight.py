@@ -66,7 +66,7 @@ MODELS = textwrap.dedent('''\
 
 
     def slow(input_shape, num_classes):
-        time.sleep(3)
+        time.sleep(3600)  # the preflight's thread is left here: it never reaches a later test
         return good(input_shape, num_classes)
 ''')
 
@@ -190,3 +190,10 @@ def test_each_distinct_workload_is_checked_once(study):
     sweep = load_sweep(path)
     assert len(sweep.trials) == 2 * 2 * 2 * 2  # fp32 and fp16 too
     assert preflight.check_sweep(sweep) == 2  # the batch size feeds the model; seed and lr do not
+
+
+def test_a_perplexity_target_on_a_factorys_classification_is_refused_once_it_is_built(study, capsys):
+    path = study(USER.format("good"))
+    path.write_text(path.read_text().replace("  target_accuracy: 0.5\n", "  target: {metric: test_perplexity, value: 2}\n"))
+    err = _refused(capsys, path)
+    assert ":7: target: target metric test_perplexity needs a language-model dataset" in err

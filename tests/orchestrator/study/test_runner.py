@@ -454,3 +454,22 @@ def test_an_edited_model_file_changes_the_trial_ids(tmp_path):
     before = [t["trial_id"] for t in load_sweep(write(tmp_path, MOVABLE)).trials]
     model.write_text(model.read_text() + "\n# tuned\n")
     assert not set(before) & {t["trial_id"] for t in load_sweep(write(tmp_path, MOVABLE)).trials}
+
+
+def test_the_loser_of_two_runs_starting_on_a_new_folder_is_told_it_is_in_use(tmp_path, capsys):
+    import os
+
+    from orchestrator.cli import main
+    from orchestrator.study.runner import _lock
+
+    sweep = load_sweep(write(tmp_path, TINY_SWEEP))
+    results = tmp_path / "new"
+    results.mkdir()
+    held = _lock(results)  # the winner, before it marked the folder as its own
+    (results / ".sweep.yaml.0000.tmp").write_text("")
+    try:
+        assert main(["run", str(sweep.path), "--results", str(results)]) == 2
+    finally:
+        held.close()
+    err = capsys.readouterr().err
+    assert f"is in use by another run (pid {os.getpid()} on" in err and "not a results folder" not in err

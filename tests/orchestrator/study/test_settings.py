@@ -55,6 +55,10 @@ def test_compressor_parameters_never_share_a_name_with_a_setting():
     ({"compressor": "onebit", "algorithm": "allreduce"}, ["algorithm", "sra"]),
     ({"num_workers": 4}, ["unknown training setting", "num_workers"]),
     ({"cpus_per_worker": 7}, ["unknown training setting", "cpus_per_worker"]),
+    ({"target": {"metric": "test_perplexity", "value": 5}},
+     ["setting target: target metric test_perplexity needs a language-model dataset", "'mnist' serves classification"]),
+    ({"model": "gpt", "dataset": "python_source", "target": {"metric": "test_perplexity", "value": 0.99}},
+     ["setting target: target value for test_perplexity must be a finite float in [1, inf), got 0.99"]),
 ])
 def test_check_training_names_the_bad_setting(given, words):
     with pytest.raises(ValueError) as caught:
@@ -90,3 +94,52 @@ def test_check_training_fills_defaults_and_the_compressor_parameters():
     assert config["lr"] == 1.0 and isinstance(config["lr"], float)
     assert config["compressor_params"] == {"bits": 2, "bucket": 512, "norm": "max"}
     assert set(config) == set(settings.TRAINING_KEYS)
+
+
+# ---------------------------------------------------------------- a target the dataset's task has no value of
+
+CLASSIFIER_FILE = """\
+import torch
+
+import workloads
+
+
+def blobs(data_dir, seed):
+    x, y = torch.randn(32, 4), torch.randint(0, 2, (32,))
+    return workloads.DatasetPair(train=workloads.Split(x, y), test=workloads.Split(x, y), input_shape=(4,),
+                                 num_classes=2)
+"""
+PERPLEXITY = {"metric": "test_perplexity", "value": 5}
+
+
+def test_a_perplexity_target_on_a_factorys_classification_is_refused_at_the_start(tmp_path, monkeypatch):
+    # a factory's task is known once it is built: the training loop says so before any step (it raised
+    # TypeError comparing the classification's None perplexity with the target)
+    (tmp_path / "data.py").write_text(CLASSIFIER_FILE)
+    steps = []
+    monkeypatch.setattr(train_loop, "_batches", lambda *args: steps.append(1) or iter(()))
+    config = {"dataset": f"{tmp_path / 'data.py'}:blobs", "model": "mlp", "width": 8, "depth": 1,
+              "target": PERPLEXITY}
+    assert settings.check_training(config)["target"] == PERPLEXITY  # unknown before it is built
+    with pytest.raises(train_loop.SettingError, match=r"^setting target: target metric test_perplexity needs a "
+                                                      r"language-model dataset .*serves classification"):
+        train_loop.train(config)
+    assert not steps
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "FACTORY"])
+def test_the_training_cli_exits_2_for_a_perplexity_target_on_a_classification(tmp_path, monkeypatch, dataset):
+    from tests.mains import run_main
+
+    (tmp_path / "data.py").write_text(CLASSIFIER_FILE)
+    monkeypatch.chdir(ROOT)
+    dataset = f"{tmp_path / 'data.py'}:blobs" if dataset == "FACTORY" else dataset
+    done = run_main("orchestrator.study.train_loop",
+                    ["--dataset", dataset, "--target", "{metric: test_perplexity, value: 5}", "--epochs", "1",
+                     "--max_steps_per_epoch", "2", "--eval_samples", "64"])
+    assert done["returncode"] == 2, done["stderr"]
+    assert "Traceback" not in done["stderr"]
+    errors = [line for line in done["stderr"].splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].endswith("serves classification: use test_accuracy or test_loss"), \
+        done["stderr"]
+    assert "setting target: target metric test_perplexity needs a language-model dataset" in errors[0]

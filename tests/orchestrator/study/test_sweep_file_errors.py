@@ -274,3 +274,172 @@ def test_merge_keys_may_be_overridden(tmp_path):
     assert {t["epochs"] for t in trials} == {2}
     assert sorted(t["compressor_params"]["bits"] for t in trials if t["compressor"] == "qsgd") == [2, 4]
     fails_at(write(tmp_path, text.replace("  epochs: 2\n", "  epochs: 2\n  epochs: 3\n")), 5, "duplicate key 'epochs'")
+
+
+# ---------------------------------------------------------------- targets
+
+
+LANGUAGE = "name: t\nworkload:\n  model: gpt\n  dataset: python_source\n  epochs: 1\n"  # what follows is line 6
+
+
+def test_a_perplexity_target_needs_a_language_model_dataset(tmp_path):
+    # a classification's evaluation has no perplexity: every trial failed comparing None with the target
+    target = "  target: {metric: test_perplexity, value: 5}\n"
+    fails_at(write(tmp_path, BLOCK.replace("  target_accuracy: 0.9\n", target)), 5,
+             "target: target metric test_perplexity needs a language-model dataset (python_source, tokens",
+             "dataset 'mnist' serves classification")
+    # a target axis, at its line
+    text = BLOCK.replace("  target_accuracy: 0.9\n", "") + \
+        "sweep:\n  target:\n    - {metric: test_loss, value: 1}\n    - {metric: test_perplexity, value: 5}\n"
+    fails_at(write(tmp_path, text), 6, "target metric test_perplexity needs a language-model dataset")
+    assert {t["dataset"] for t in load_sweep(write(tmp_path, LANGUAGE + target)).trials} == {"python_source"}
+
+
+@pytest.mark.parametrize("value", ["0.5", "0", "-2", ".nan"])
+def test_a_perplexity_target_below_1_is_refused(tmp_path, value):
+    # a perplexity is exp(loss per token) >= 1: below 1 no trial ever reaches it
+    fails_at(write(tmp_path, LANGUAGE + f"  target: {{metric: test_perplexity, value: {value}}}\n"), 6,
+             "target value for test_perplexity must be a finite float in [1, inf)")
+
+
+def test_a_perplexity_target_of_1_and_a_small_loss_target_are_valid(tmp_path):
+    for target in ("{metric: test_perplexity, value: 1}", "{metric: test_loss, value: 0.01}"):
+        assert load_sweep(write(tmp_path, LANGUAGE + f"  target: {target}\n")).trials
+    fails_at(write(tmp_path, LANGUAGE + "  target: {metric: test_loss, value: 0}\n"), 6,
+             "target value for test_loss must be a finite float in (0, inf)")
+
+
+NO_TARGET = "name: t\nworkload:\n  model: mlp\n  epochs: 1\n"  # what follows is line 5
+
+
+@pytest.mark.parametrize("extra, line, where", [
+    ("  target: null\n", 5, "workload.target"),
+    ("  target_accuracy: null\n", 5, "workload.target_accuracy"),
+    ("  target_accuracy: ~\n", 5, "workload.target_accuracy"),
+    ("  target:\n", 5, "workload.target"),
+    ("  target_accuracy: 0.9\n  target: null\n", 6, "workload.target"),
+    ("sweep:\n  target_accuracy: [0.9, null]\n", 6, "sweep.target_accuracy[1]"),
+    ("sweep:\n  target: null\n", 6, "sweep.target"),
+    ("  target_accuracy: 0.9\nsweep:\n  compressor:\n    - name: qsgd\n      workload:\n        target_accuracy: null\n",
+     10, "sweep.compressor[0].workload.target_accuracy"),
+])
+def test_an_explicit_null_target_is_refused(tmp_path, extra, line, where):
+    # null is the training loop's "no target": a sweep ran every trial without time_to_target_s
+    fails_at(write(tmp_path, NO_TARGET + extra), line, f"{where} is null: a sweep needs a target",
+             "target: {metric: NAME, value: V} or target_accuracy: V")
+
+
+# ---------------------------------------------------------------- the hierarchical algorithm's hosts
+
+
+EMULATED = HEADER + "cluster:\n  emulate: {hosts: 3, workers_per_host: 2, bandwidth: 1gbit}\nsweep:\n"  # line 11
+
+
+@pytest.mark.parametrize("axes", [
+    "  num_workers: [2, 3]\n  algorithm: hierarchical\n  compressor: [fp16]\n",
+    "  algorithm: [sra, hierarchical]\n  num_workers: [1, 2, 4, 5]\n  compressor: [qsgd]\n",
+    "  compressor:\n    - {name: qsgd, algorithm: hierarchical}\n  num_workers: [3]\n",
+])
+def test_hierarchical_workers_that_cannot_fill_hosts_alike_are_refused(tmp_path, axes):
+    # Ray packs a trial's workers onto hosts of workers_per_host slots: 3 workers on 2-slot hosts are 2 + 1,
+    # and every trial failed with "hosts hold different numbers of ranks"
+    text = EMULATED + axes
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if row.startswith("  num_workers"))
+    fails_at(write(tmp_path, text), line, "with algorithm hierarchical", "workers_per_host=2",
+             "as many workers on every host", "a multiple of 2 (or at most 2)")
+
+
+def test_hierarchical_workers_that_fill_hosts_alike_are_valid(tmp_path):
+    # one host, or full hosts; other algorithms take any number
+    text = EMULATED + "  num_workers: [1, 2, 4, 6]\n  algorithm: hierarchical\n  compressor: [fp16]\n"
+    assert {t["num_workers"] for t in load_sweep(write(tmp_path, text)).trials
+            if t["algorithm"] == "hierarchical"} == {1, 2, 4, 6}
+    text = EMULATED + "  num_workers: [3, 5]\n  algorithm: sra\n  compressor: [qsgd]\n"
+    assert {t["num_workers"] for t in load_sweep(write(tmp_path, text)).trials} == {3, 5}
+    text = EMULATED.replace("workers_per_host: 2", "workers_per_host: 4") + \
+        "  num_workers: [3]\n  algorithm: hierarchical\n  compressor: [fp16]\n"
+    assert load_sweep(write(tmp_path, text)).trials
+
+
+# ---------------------------------------------------------------- packages and imports
+
+
+def test_image_folder_without_torchvision_is_refused_at_the_dataset(tmp_path, monkeypatch):
+    import sys
+
+    import workloads.image_folder
+
+    text = BLOCK + "  dataset: image_folder\n  data_dir: .\n"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # `import torchvision` fails as if not installed
+    fails_at(write(tmp_path, text), 6, 'dataset: dataset image_folder needs torchvision: pip install "lowprec[vision]"')
+    monkeypatch.setattr(workloads.image_folder, "import_torchvision", lambda owner: object())  # installed
+    assert {t["dataset"] for t in load_sweep(write(tmp_path, text)).trials} == {"image_folder"}
+
+
+@pytest.mark.parametrize("body, words", [
+    ("import os\nos._exit(0)\n", "it called os._exit(0) while being imported"),
+    ("import sys\nsys.exit(0)\n", "it called sys.exit(0) while being imported"),
+    ("import os\ntry:\n    os._exit(3)\nexcept Exception:\n    pass\n", "it called os._exit(3) while being imported"),
+])
+def test_an_import_that_exits_is_refused(tmp_path, monkeypatch, body, words):
+    import os
+
+    class Exited(BaseException):
+        pass
+
+    def exit_for_test(status):  # had the guard failed, this test would have ended pytest
+        raise Exited(status)
+
+    monkeypatch.setattr(os, "_exit", exit_for_test)
+    (tmp_path / "quits.py").write_text(body)
+    fails_at(write(tmp_path, "name: t\nimports: [quits.py]\nworkload: {target_accuracy: 0.9}\n"), 2,
+             f"setting imports: cannot import {tmp_path / 'quits.py'}: {words}")
+    assert os._exit is exit_for_test  # put back
+
+
+def test_validate_exits_2_for_an_import_that_exits(tmp_path):
+    # os._exit cannot be caught: `lowprec validate` exited 0, having checked nothing
+    from tests.helpers import run_mains
+
+    cases = {}
+    for name, body in (("os_exit", "import os\nos._exit(0)\n"), ("sys_exit", "import sys\nsys.exit(0)\n")):
+        (tmp_path / f"{name}.py").write_text(body)
+        path = write(tmp_path, f"name: t\nimports: [{name}.py]\nworkload: {{target_accuracy: 0.9}}\n", f"{name}.yaml")
+        cases[name] = ["validate", str(path)]
+    done = run_mains("orchestrator", cases)
+    for name, call in (("os_exit", "os._exit(0)"), ("sys_exit", "sys.exit(0)")):
+        assert done[name]["returncode"] == 2, done[name]
+        assert done[name]["stderr"] == (f"error: {tmp_path / name}.yaml:2: setting imports: cannot import "
+                                        f"{tmp_path / name}.py: it called {call} while being imported\n")
+
+
+# ---------------------------------------------------------------- data_dir where it is written
+
+
+@pytest.mark.parametrize("extra, line", [
+    ("  data_dir: no_such_folder\n", 6),
+    ("sweep:\n  data_dir: [data, no_such_folder]\n", 7),
+    ("sweep:\n  compressor:\n    - fp32\n    - name: qsgd\n      bits: 4\n      workload:\n        lr: 0.1\n"
+     "        data_dir: no_such_folder\n", 13),
+])
+def test_a_missing_data_dir_is_reported_where_it_is_written(tmp_path, monkeypatch, extra, line):
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    fails_at(write(tmp_path, BLOCK + extra), line, "data_dir 'no_such_folder' is not a folder here")
+
+
+def test_a_data_dir_problem_is_reported_at_a_line_of_the_file(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    # set for one entry only: the baselines, which the file does not write, run without it
+    text = BLOCK + "  dataset: cifar10\nsweep:\n  compressor:\n    - name: qsgd\n      workload:\n        data_dir: data\n"
+    fails_at(write(tmp_path, text), 11, "baselines: data_dir: dataset 'cifar10' needs data_dir",
+             "data_dir is set only in sweep.compressor[0].workload")
+    # set nowhere: where the workload would set it, with or without the baselines
+    for top in ("", "baselines: false\n"):
+        fails_at(write(tmp_path, top + BLOCK + "  dataset: cifar10\n"), 2 + bool(top),
+                 "data_dir: dataset 'cifar10' needs data_dir")
+    # an entry's own data_dir its dataset does not read: at that data_dir
+    text = BLOCK + "  dataset: synthetic\nsweep:\n  compressor:\n    - name: qsgd\n      workload:\n        data_dir: data\n"
+    fails_at(write(tmp_path, text), 11, "sweep.compressor[0].workload.data_dir: dataset 'synthetic' reads no files")

@@ -302,3 +302,26 @@ def test_a_streamed_dataset_of_the_users_trains_through_dataloader_workers(user_
     assert result["final"]["test_accuracy"] >= 0.75 and result["final"]["steps_to_target"] is not None
     assert result["final"]["test_accuracy"] * 16 == int(result["final"]["test_accuracy"] * 16)
     assert result["final"]["test_perplexity"] is None  # a classifier's
+
+
+def test_a_package_beside_the_sweep_is_found_from_any_working_folder(tmp_path, monkeypatch, forget_registrations):
+    from orchestrator.study.runner import _shipped
+
+    package = tmp_path / "study" / "mylab"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "models.py").write_text(MODEL_FILE)
+    path = _sweep(tmp_path / "study", """\
+        name: beside
+        workload: {model: mylab.models:tiny_mlp, model_options: {hidden: 4}, dataset: synthetic,
+                   input_shape: [1, 4, 4], num_samples: 64, test_samples: 32, target_accuracy: 0.5}
+        """)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(elsewhere))])
+    monkeypatch.delitem(sys.modules, "mylab", raising=False)
+    monkeypatch.delitem(sys.modules, "mylab.models", raising=False)
+    sweep = load_sweep(path)
+    assert sweep.trials[0]["model"] == "mylab.models:tiny_mlp"
+    assert _shipped(sweep, tmp_path / "stage") == [str(package)]  # every Ray node gets it
