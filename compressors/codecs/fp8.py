@@ -9,7 +9,9 @@ the upper with probability (|v| - lower) / (upper - lower) from the counter hash
 An all-zero block has scale 1, a block whose scale would underflow to 0 the smallest float32;
 a block holding NaN or Inf decodes to NaN.
 
-Body: ``ceil(n / block)`` float32 scales, then one byte per entry.
+Body: ``ceil(n / block)`` float32 scales, then one byte per entry. The last block may be short
+(its scale is its own entries' amax), and a block longer than the tensor is the whole tensor:
+cost follows n, never ``block``.
 """
 from __future__ import annotations
 
@@ -44,8 +46,15 @@ class FP8(Compressor):
     def fmt(self) -> minifloat.Format:
         return minifloat.FORMATS[self.format]
 
+    def _row(self, n: int) -> int:
+        """Entries per row of the blocks' matrix: ``block``, or the tensor's length where the block is
+        longer (or 0, the whole tensor), so that the zero padding is shorter than the tensor and cost
+        follows n, never ``block``. The amax of a row padded with zeros is its entries' amax, so the
+        scales and the codes are those of blocks of ``block`` entries."""
+        return max(min(self.block, n) if self.block else n, 1)
+
     def _nblocks(self, n: int) -> int:
-        return -(-n // (self.block or max(n, 1)))
+        return -(-n // self._row(n))
 
     def _header_params(self, shape):
         return (self.block, FORMATS.index(self.format), minifloat.ROUNDINGS.index(self.rounding), 0.0)
@@ -55,9 +64,9 @@ class FP8(Compressor):
         return 4 * self._nblocks(n) + n
 
     def _blocks(self, flat: torch.Tensor) -> torch.Tensor:
-        """(nblocks, block) view of ``flat``, the last block padded with zeros."""
+        """``flat`` as the (nblocks, ``_row``) matrix, the last row padded with zeros."""
         n = flat.numel()
-        row = self.block or max(n, 1)
+        row = self._row(n)
         nb = self._nblocks(n)
         return torch.nn.functional.pad(flat, (0, nb * row - n)).view(nb, row)
 
@@ -90,7 +99,7 @@ class FP8(Compressor):
         scale = wire.section(payload, start, nb, torch.float32)
         codes = wire.section(payload, start + 4 * nb, n, torch.uint8)
         values = codes.view(minifloat.TORCH_DTYPES[self.format]).to(torch.float32)
-        row = self.block or max(n, 1)
+        row = self._row(n)
         padded = torch.nn.functional.pad(values, (0, nb * row - n)).view(nb, row)
         return (padded * scale[:, None]).reshape(-1)[:n]
 

@@ -63,6 +63,7 @@ import workloads
 from compressors.comm import collectives
 
 from . import perfmodel
+from ..study.intervals import measurable
 from ..study.quality import Quality, quality
 from ..study import predictor_inputs
 from ..study.columns import TARGET_METRICS
@@ -78,7 +79,8 @@ CAST_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
 COLUMNS = ["configuration", "compressor", "algorithm", "num_workers", "workers_per_host", "bandwidth_bps",
            "intra_bandwidth_bps", "latency_s", "overlap", "compute_scale", "predicted_step_time_s", "compute_s",
            "comm_s", "encode_s", "decode_s", "speedup_vs_fp32", "speedup_vs_16bit", "steps_ratio_vs_fp32",
-           "tta_speedup_vs_fp32", "accuracy_delta_points", "reached_target", "break_even_bps", "speedup_bound"]
+           "tta_speedup_vs_fp32", "tta_speedup_lo", "tta_speedup_hi", "accuracy_delta_points", "reached_target",
+           "break_even_bps", "speedup_bound"]
 
 
 _LATENCY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(s|ms|us|ns)")
@@ -318,6 +320,33 @@ def outcomes(records: list[dict[str, Any]], table: pd.DataFrame,
         steps = statistics.fmean(crossed) if counted and reached else math.nan
         found[key] = Outcome(most, steps, reached, delta, not_ok)
     return found
+
+
+def noise(records: list[dict[str, Any]], table: pd.DataFrame) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per configuration (``step_key``), how far its one-worker step is known against fp32's: the factors
+    ``(lo, hi)`` by which trials.csv's 95% interval of overhead_vs_fp32 spans its value (the widest over its
+    trials), NaN where the folder has no interval. The step times the predictions start from are no surer."""
+    if not {"overhead_vs_fp32_lo", "overhead_vs_fp32_hi"} <= set(table.columns):
+        return {}
+    rows = table.set_index("trial_id")
+    spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for record in records:
+        if record["settings"]["num_workers"] != 1 or record["status"] != "ok":
+            continue
+        row = rows.loc[record["trial_id"]]
+        value, lo, hi = (float(pd.to_numeric(row[c], errors="coerce")) for c in
+                         ("overhead_vs_fp32", "overhead_vs_fp32_lo", "overhead_vs_fp32_hi"))
+        if value > 0 and math.isfinite(lo) and math.isfinite(hi):
+            spans.setdefault(step_key(record["settings"]), []).append((lo / value, hi / value))
+    return {key: (min(lo for lo, _ in found), max(hi for _, hi in found)) for key, found in spans.items()}
+
+
+def _interval(speedup: float, span: tuple[float, float]) -> dict[str, float]:
+    """A predicted speedup's 95% interval from its one-worker step's (``noise``): a step known within
+    [lo, hi] of its value puts the speedup within [speedup / hi, speedup / lo] (at most: communication,
+    which the model adds, is no less sure)."""
+    lo, hi = span
+    return {"tta_speedup_lo": speedup / hi, "tta_speedup_hi": speedup / lo}
 
 
 def reduce_bps(numel: int = 1 << 22, repeats: int = 5) -> float:
@@ -655,6 +684,7 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     prof, reduce, cache_notes = measured(results, fp32.settings, prof)
     study = judged_by(records)
     outcome_of = outcomes(records, csv, study)
+    noise_of = noise(records, csv)
     # shown as the study's tables show them: parameters and algorithm only where not the defaults
     label = dict(zip((c.key for c in configs),
                      config_labels([{**c.settings, **(c.settings["compressor_params"] or {})} for c in configs], [])))
@@ -697,6 +727,9 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
                      # an unknown steps ratio counts as 1: the per-step speedup, and a note says so
                      "steps_ratio_vs_fp32": ratio,
                      "tta_speedup_vs_fp32": base / step * (ratio if math.isfinite(ratio) else 1.0),
+                     **_interval(base / step * (ratio if math.isfinite(ratio) else 1.0),
+                                 noise_of.get(measured_as.key, (math.nan, math.nan)) if config is not fp32
+                                 else (1.0, 1.0)),
                      delta_column(study): outcome.delta, "reached_target": outcome.reached,
                      "break_even_bps": even, "speedup_bound": perfmodel.speedup_bound(base, fp32.compute_s)})
     notes += _outcome_notes(configs, label, outcome_of, fp32, "steps_to_target" in csv.columns)
@@ -841,6 +874,11 @@ def exclusion(row: pd.Series, max_loss: float, judged: Quality = ACCURACY) -> st
     None: it ended more than ``max_loss`` (in the unit of what the study is judged by) worse than fp32."""
     if not row["reached_target"]:
         return "did not reach the target"
+    lo, hi = float(row.get("tta_speedup_lo", math.nan)), float(row.get("tta_speedup_hi", math.nan))
+    if math.isfinite(lo) and math.isfinite(hi) and not measurable(lo, hi):
+        return (f"not measurable here: its predicted speedup's 95% interval [{lo:.2f}, {hi:.2f}] includes 1 (its "
+                "one-worker step is not known well enough against fp32's on this machine: more steps, a quieter "
+                "machine or a second seed narrow it)")
     delta = float(row[delta_column(judged)])
     if math.isnan(delta):
         return f"{judged.name} change vs fp32 unknown (no finished fp32 trial with as many workers)"

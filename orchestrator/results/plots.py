@@ -35,6 +35,7 @@ import pandas as pd
 
 from compressors.core.params import rate_bps
 
+from ..study.intervals import measurable
 from ..study.records import atomic_path
 from .summary import study_line
 from .tables import config_labels, numeric, quality, step_time_table, targets
@@ -132,28 +133,37 @@ def _answer(plt, trials, colours, workers, judged):
         x = numeric(here["overhead_vs_fp32"] if w == 1 else here["speedup_vs_fp32"])
         y = numeric(here[judged.delta]) * judged.scale
         hollow = (here["speedup_basis"] == "step_time") if w > 1 else pd.Series(False, index=here.index)
-        frame = pd.DataFrame({"x": x, "y": y, "hollow": hollow, "label": here["label"]}).dropna(subset=["x", "y"])
+        ratio = "overhead_vs_fp32" if w == 1 else "speedup_vs_fp32"
+        frame = pd.DataFrame({"x": x, "y": y, "hollow": hollow, "label": here["label"],
+                              "lo": numeric(here.get(f"{ratio}_lo", pd.Series(index=here.index, dtype=float))),
+                              "hi": numeric(here.get(f"{ratio}_hi", pd.Series(index=here.index, dtype=float)))}
+                             ).dropna(subset=["x", "y"])
         if frame.empty:
             _nothing_here(ax, f"no \"ok\" trial with both its {'overhead' if w == 1 else 'speedup'} and its "
                               f"{judged.name} change vs fp32")
         for label, group in frame.groupby("label", sort=False):
-            # one seed has no spread: no error bar rather than a NaN one
-            xerr = group["x"].std() if len(group) > 1 else None
+            x_mean, lo, hi = group["x"].mean(), group["lo"].min(), group["hi"].max()
+            # the x bar: the 95% interval of the timing (the widest of the seeds'); else the spread over seeds;
+            # one seed without an interval has no bar rather than a NaN one
+            xerr = [[max(0.0, x_mean - lo)], [max(0.0, hi - x_mean)]] if pd.notna(lo) and pd.notna(hi) else \
+                (group["x"].std() if len(group) > 1 else None)
             yerr = group["y"].std() if len(group) > 1 else None
             reached = not group["hollow"].any()
-            ax.errorbar(group["x"].mean(), group["y"].mean(), xerr=xerr, yerr=yerr, fmt="o", markersize=7,
+            noise = pd.notna(lo) and pd.notna(hi) and not measurable(lo, hi)
+            ax.errorbar(x_mean, group["y"].mean(), xerr=xerr, yerr=yerr, fmt="o", markersize=7,
                         color=colours[label], markerfacecolor=colours[label] if reached else "none",
-                        capsize=3, label=label)
-            ax.annotate(label, (group["x"].mean(), group["y"].mean()), xytext=(5, 4), textcoords="offset points",
-                        fontsize=7, color=colours[label])
+                        capsize=3, label=label, alpha=0.45 if noise else 1.0)
+            ax.annotate(label + (" (not measurable)" if noise else ""), (x_mean, group["y"].mean()), xytext=(5, 4),
+                        textcoords="offset points", fontsize=7, color=colours[label])
         ax.axvline(1.0, color="grey", linestyle="--", linewidth=0.8)
         ax.axhline(0.0, color="grey", linestyle="--", linewidth=0.8)
         if w == 1:
             ax.set_title("1 worker: nothing communicated, overhead only")
-            ax.set_xlabel("overhead vs fp32 (step time / fp32's; > 1: slower)")
+            ax.set_xlabel("overhead vs fp32 (step time / fp32's; > 1: slower; bar: 95% interval)")
         else:
             ax.set_title(f"{w} workers" + (f", links {bandwidth}" if bandwidth else ""))
-            ax.set_xlabel("speedup vs fp32 (> 1: faster; hollow: target not reached, step time)")
+            ax.set_xlabel("speedup vs fp32 (> 1: faster; bar: 95% interval; faint: not measurable; hollow: target "
+                          "not reached, step time)")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"{judged.name} change vs fp32 ({judged.unit}"
                           + ("; lower is better)" if judged.delta == "loss_delta" else ")"))

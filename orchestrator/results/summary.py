@@ -13,10 +13,12 @@ trials that did not finish "ok": each distinct reason once, with how many trials
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
 
+from ..study.intervals import measurable
 from ..study.labels import format_value
 from ..study.records import FINISHED, SKIPPED
 from .tables import config_labels, numeric, quality, step_time_table, targets
@@ -62,9 +64,13 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
         "(k/n: reached by k of n). Speedup: vs fp32 at the same number of workers, from 2 workers on; "
         "\\* = some compared step time because a run did not reach the target; "
         "† = the spread over seeds includes 1 (no measurable difference). With one worker nothing is "
-        "communicated: overhead = step time / fp32's step time (what encoding, decoding and error feedback cost).",
+        "communicated: overhead = step time / fp32's step time (what encoding, decoding and error feedback cost). "
+        "[lo, hi]: the 95% interval of a speedup or overhead, a bootstrap over the steps of the runs compared "
+        "(docs/results.md); \"not measurable\": it includes 1, so this machine's noise covers the difference.",
         "",
     ]
+    noise = _noise_lines(trials)
+    lines += [*noise, ""] if noise else []
     header = ["configuration"]
     for w in workers:
         last = f"w={w} overhead vs fp32" if w == 1 else f"w={w} speedup vs fp32"
@@ -76,6 +82,8 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
         "quality": numeric(ok[judged.final]),
         "time": numeric(ok["time_to_target_s"]),
         "speedup": numeric(ok["speedup_vs_fp32"]).fillna(numeric(ok["overhead_vs_fp32"])),
+        "lo": numeric(ok["speedup_vs_fp32_lo"]).fillna(numeric(ok["overhead_vs_fp32_lo"])),
+        "hi": numeric(ok["speedup_vs_fp32_hi"]).fillna(numeric(ok["overhead_vs_fp32_hi"])),
     })
     values["star"] = values["speedup"].notna() & (ok["speedup_basis"] == "step_time")
     groups = values.groupby([ok["label"], ok["num_workers"]], sort=False)
@@ -83,6 +91,7 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
     stats.columns = [f"{value}_{stat}" for value, stat in stats.columns]
     stats["n"] = groups.size()
     stats["star"] = groups["star"].any()
+    stats["lo"], stats["hi"] = groups["lo"].min(), groups["hi"].max()  # the widest of the seeds' intervals
     for label in labels:
         cells = [label]
         for w in workers:
@@ -94,7 +103,7 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
             time = _cell(cell, "time", 1) if reached else "not reached"
             if reached < n:
                 time += f" ({reached}/{n} reached)"
-            speedup = _cell(cell, "speedup", 2, "x")
+            speedup = _cell(cell, "speedup", 2, "x") + _interval(cell)
             if w > 1:
                 speedup += ("\\*" if cell["star"] else "") + ("†" if _overlaps_one(cell) else "")
             cells += [_cell(cell, "quality", 4), time, speedup]
@@ -103,6 +112,33 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
     lines += _step_time_lines(ok.drop(columns="label"))
     lines += _not_ok_lines(trials[trials["status"] != "ok"])
     return "\n".join(lines) + "\n"
+
+
+def _interval(cell: pd.Series) -> str:
+    """`` [lo, hi]`` of a speedup or overhead cell, and "not measurable" where it includes 1 (nothing where the
+    interval is unknown)."""
+    lo, hi = float(cell["lo"]), float(cell["hi"])
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return ""
+    return f" [{lo:.2f}, {hi:.2f}]" + ("" if measurable(lo, hi) else " not measurable")
+
+
+def _noise_lines(trials: pd.DataFrame) -> list[str]:
+    """What the timings stand on: one seed or several, and where the machine was busier than its cores."""
+    lines = []
+    seeds = trials.groupby(trials["label"].astype(str) + trials["num_workers"].astype(str))["seed"].nunique() \
+        if "seed" in trials else pd.Series([1])
+    if int(seeds.max()) <= 1:
+        lines.append("One seed per configuration: each interval covers the noise between the steps of one run; a "
+                     "second seed (sweep: {seed: [0, 1]}) would add the differences between runs.")
+    load, cores = numeric(trials.get("load_avg", pd.Series(dtype=float))), numeric(
+        trials.get("cores", pd.Series(dtype=float)))
+    busy = load > cores
+    if busy.any():
+        lines.append(f"This machine was busier than its cores during {int(busy.sum())} of {len(trials)} trials (load "
+                     f"average up to {load.max():.1f} on {int(cores.max())} cores): their timings are noisy, their "
+                     "intervals wide.")
+    return lines
 
 
 def _not_ok_lines(not_ok: pd.DataFrame, shown: int = 3) -> list[str]:
@@ -135,13 +171,16 @@ def _step_time_lines(ok: pd.DataFrame) -> list[str]:
              "Milliseconds per step: the median step (of the slowest rank, in the median epoch; mean over seeds). "
              "step = compute + exposed comm, the communication backward did not hide. encode, comm, decode: the "
              "hook's own phases, which overlap the step (comm: wall time of its collectives; – for plain DDP, "
-             "which has no hook to time them).",
+             "which has no hook to time them). With one worker nothing crosses a link: its exposed comm is the "
+             "hook's own overhead (encoding, decoding, a collective over a group of one), marked \"(hook)\".",
              "", "| configuration | step | compute | exposed comm | encode | comm | decode |", "|" + "---|" * 7]
     for label, row in table.iterrows():
         # compute is shown as step - exposed comm after rounding, so every row adds up as printed
         step, exposed = round(float(row["step_time"]), 2), round(float(row["exposed_comm"]), 2)
         shown = {**row.to_dict(), "step_time": step, "exposed_comm": exposed, "compute": step - exposed}
         cells = ["–" if pd.isna(shown[c]) else f"{shown[c]:.2f}" for c in table.columns]
+        if label.endswith("num_workers=1"):  # a world of one: overhead, not communication
+            cells[list(table.columns).index("exposed_comm")] += " (hook)"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 

@@ -22,6 +22,7 @@ import pandas as pd
 
 from ..study.columns import ID_COLUMNS, MODEL_COLUMNS, RESULT_COLUMNS, STEP_METRICS, column, median_low_index
 from ..study import labels
+from ..study.intervals import median_interval, ratio_factors
 from ..study.quality import Quality, quality, targets
 from ..study.settings import FP32, SIXTEEN_BIT, TEST_HOOKS, compressor_param_names
 
@@ -145,7 +146,43 @@ def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = N
         result = speedups(trials, ok[ok["compressor"] == baseline])
         trials[speedup], trials[basis] = result["speedup"], result["basis"]
     trials["overhead_vs_fp32"] = overheads(trials, ok[ok["compressor"] == FP32])
+    steps = {r["trial_id"]: r.get("step_times_s") or [] for r in records}
+    ends = [median_interval(steps[trial_id]) for trial_id in trials["trial_id"]]
+    trials["step_time_s_lo"], trials["step_time_s_hi"] = [e[0] for e in ends], [e[1] for e in ends]
+    for baseline, ratio, inverse in ((FP32, "speedup_vs_fp32", False), (sixteen_bit_baseline(trials), "speedup_vs_16bit", False),
+                                     (FP32, "overhead_vs_fp32", True)):
+        trials[f"{ratio}_lo"], trials[f"{ratio}_hi"] = ratio_intervals(
+            trials, ok[ok["compressor"] == baseline], trials[ratio], steps, inverse)
     return trials.reindex(columns=[*ID_COLUMNS, *settings, *RESULT_COLUMNS])
+
+
+def ratio_intervals(trials: pd.DataFrame, baselines: pd.DataFrame, ratios: pd.Series, steps: dict[str, list[float]],
+                    inverse: bool = False) -> tuple[pd.Series, pd.Series]:
+    """The 95% interval of each trial's ratio against its baselines (``_baseline_times`` says which): the ratio
+    times the bootstrap's factors of baseline step / own step (orchestrator.study.intervals.ratio_factors),
+    their reciprocals for own / baseline (``inverse``: an overhead). NaN where the ratio is, for a baseline
+    against itself, or where a series has too few steps."""
+    members = _baseline_members(trials, baselines)
+    lo, hi = pd.Series(np.nan, index=trials.index), pd.Series(np.nan, index=trials.index)
+    for index in trials.index[numeric(ratios).notna()]:
+        if index in members[index]:  # a baseline against itself: 1 by definition
+            continue
+        base = [steps.get(trials.at[i, "trial_id"], []) for i in members[index]]
+        low, high = ratio_factors(base, steps.get(trials.at[index, "trial_id"], []))
+        if inverse:
+            low, high = 1.0 / high, 1.0 / low
+        lo[index], hi[index] = ratios[index] * low, ratios[index] * high
+    return lo, hi
+
+
+def _baseline_members(trials: pd.DataFrame, baselines: pd.DataFrame) -> pd.Series:
+    """Per trial, the index of the baselines ``_baseline_times`` compares it with: those of its scale, else of
+    its workload."""
+    keys = _keys(trials)
+    scale = keys.loc[baselines.index].groupby("scale").groups
+    workload = keys.loc[baselines.index].groupby("workload").groups
+    return pd.Series([list(scale.get(s, workload.get(w, []))) for s, w in zip(keys["scale"], keys["workload"])],
+                     index=trials.index, dtype=object)
 
 
 def _own_results(history: pd.DataFrame) -> pd.DataFrame:

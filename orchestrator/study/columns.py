@@ -101,6 +101,11 @@ EPOCH: tuple[Column, ...] = (
     Column("cpu_idle_share", "share", "share of the machine's CPU time idle or waiting for I/O during the epoch's "
            "steps (empty without /proc/stat): near 0 where the cores, not the link, set the pace",
            ranks="min", epochs="median"),
+    Column("load_avg", "", "the machine's 1-minute load average at the epoch's end (runnable processes; above "
+           "cores: busier than its cores, its timings noisy; empty without os.getloadavg)",
+           ranks="max", epochs="median"),
+    Column("cores", "", "the cores of the machine a worker ran on (os.cpu_count)", ranks="min", epochs="median"),
+    Column("threads", "", "torch threads of each worker", ranks="max", epochs="median"),
     Column("compression_ratio", "ratio", "fp32 ring-allreduce bytes / bytes_sent", epochs="median"),
     Column("time_to_target_s", "s", "train_time_s at the first evaluation (every eval_every_steps steps and "
            "after each epoch) whose target metric reached the target (target, or target_accuracy); empty until "
@@ -167,13 +172,20 @@ TRIAL: tuple[Column, ...] = (
     Column("overhead_vs_fp32", "ratio", "with one worker (nothing is communicated), own step_time_s / that of the "
            "ok fp32 trials of the same settings but compression: what encoding, decoding and error feedback "
            "cost; empty with more workers"),
+    *(Column(f"{name}_{end}", "ratio", f"{'low' if end == 'lo' else 'high'} end of the 95% interval of {name}: a "
+             "bootstrap over the steps of the trial and its baselines (and the baselines' seeds), each step the "
+             "slowest rank's; an interval that includes 1 is not measurable here; empty with fewer than 2 steps")
+      for name in ("speedup_vs_fp32", "speedup_vs_16bit", "overhead_vs_fp32") for end in ("lo", "hi")),
     column("step_time_s"),
+    Column("step_time_s_lo", "s", "low end of the distribution-free 95% interval of the trial's median step (order "
+           "statistics of all its steps, each the slowest rank's); empty with fewer than 6 steps"),
+    Column("step_time_s_hi", "s", "high end of that interval"),
     Column("predicted_step_time_s", "s", "what the performance model (lowprec predict) expects of a multi-worker "
            "trial on an emulated cluster, from the one-worker trials and the sharing of cores that the sweep's "
            "predictor inputs measured (predictor_inputs/) and the calibrated link; empty elsewhere"),
     *(column(name) for name in ("compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
                                 "samples_per_s", "bytes_sent", "bytes_intra", "bytes_inter", "compression_ratio", "cpu_steal_share",
-                                "cpu_idle_share")),
+                                "cpu_idle_share", "load_avg", "cores", "threads")),
     Column("parameters", "", "the model's parameter count (empty for a trial that failed before training)"),
     Column("grad_bytes_fp32", "bytes", "the model's gradient bytes in fp32"),
     Column("compressible_share", "share", "share of the gradient bytes in tensors of at least "

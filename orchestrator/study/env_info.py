@@ -92,6 +92,14 @@ def _share(start: CpuTicks | None, end: CpuTicks | None, part: str) -> float:
     return min(max((getattr(end, part) - getattr(start, part)) / total, 0.0), 1.0)
 
 
+def load_average() -> float:
+    """The 1-minute load average (NaN where the system has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return math.nan
+
+
 def steal_share(start: CpuTicks | None, end: CpuTicks | None) -> float:
     """The share of all CPU time between two ``cpu_ticks`` that the hypervisor stole: 0 on bare metal and
     where no clock tick passed; NaN only where /proc/stat cannot be read."""

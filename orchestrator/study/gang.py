@@ -133,7 +133,8 @@ class TrialWorker:
                 # One string each: Tune's loggers take scalars and dicts, not lists.
                 reports.put({"outcome": {**{key: outcome[key] for key in ("status", "reason", "model_summary")},
                                          "worker_node_ips": " ".join(node_ips),
-                                         "sources": json.dumps(outcome["sources"])}})
+                                         "sources": json.dumps(outcome["sources"]),
+                                         "step_times_s": json.dumps(outcome["step_times_s"])}})
             except BaseException as error:  # handed to the task, which raises it
                 reports.put(error)
 

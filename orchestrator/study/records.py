@@ -20,7 +20,7 @@ Every file is written to a temporary file beside it and renamed (``atomic_path``
 so a full disk or a killed process leaves the old file or the new one, never a part.
 
 A record is ``{"trial_id", "name", "settings", "status", "reason", "history",
-"model_summary", "attempts", "worker_node_ips", "link", "traceback", "sources", "finished_at"}``:
+"model_summary", "attempts", "worker_node_ips", "link", "traceback", "sources", "step_times_s", "finished_at"}``:
 ``status`` is "ok", "unstable", "diverged", "failed" or "skipped" (not run: the sweep stopped because
 every trial that ended had failed with one reason, which its reason repeats; a resume runs it), ``reason``
 says why a trial did not finish "ok", ``history`` holds the per-epoch metrics the training loop reported
@@ -28,7 +28,8 @@ in its last attempt (``attempts`` counts the starts of the trial's workers: a
 restart under ``max_failures`` begins the epochs again), ``worker_node_ips`` the
 node of each rank, ``link`` the emulated links (hosts, workers_per_host, bandwidth,
 calibrated rate; None off an emulated cluster), ``traceback`` the error of a trial that raised (None
-otherwise). The records are the source of truth: every table and plot is rebuilt from them, and
+otherwise), ``step_times_s`` every training step's time in the last attempt, each the slowest rank's (None
+where the loop did not return: the timings' intervals come from it). The records are the source of truth: every table and plot is rebuilt from them, and
 ``--resume`` skips the trial ids they hold.
 """
 
@@ -75,7 +76,8 @@ def make_record(trial: dict[str, Any], status: str, reason: str | None,
                 history: list[dict[str, Any]], model_summary: dict[str, Any] | None = None, *,
                 attempts: int = 1, worker_node_ips: list[str] | None = None,
                 link: dict[str, Any] | None = None, traceback: str | None = None,
-                sources: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                sources: list[dict[str, Any]] | None = None,
+                step_times: list[float] | None = None) -> dict[str, Any]:
     """A record for ``trial`` (a flat dict from orchestrator.study.sweep_file) that ended in ``status``;
     ``model_summary`` is the training loop's (absent when the trial failed before it returned);
     ``attempts``: how many times its workers started (restarts under max_failures; 0 if never
@@ -97,6 +99,7 @@ def make_record(trial: dict[str, Any], status: str, reason: str | None,
         "link": link,
         "traceback": traceback,
         "sources": sources,
+        "step_times_s": step_times,
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -157,7 +160,7 @@ def _record_problem(record: Any, stem: str) -> str | None:
     expected = {"name": (str,), "settings": (dict,), "finished_at": (str,), "history": (list,),
                 "reason": (str, type(None)), "model_summary": (dict, type(None)), "link": (dict, type(None)),
                 "worker_node_ips": (list, type(None)), "traceback": (str, type(None)), "attempts": (int,),
-                "sources": (list, type(None))}
+                "sources": (list, type(None)), "step_times_s": (list, type(None))}
     for key, types in expected.items():
         if key in record and (not isinstance(record[key], types) or isinstance(record[key], bool)):
             return f"{key} must be {' or '.join(_TYPE_NAMES[t] for t in types)}"
@@ -165,6 +168,8 @@ def _record_problem(record: Any, stem: str) -> str | None:
         return "history must be a list of objects"
     if not all(isinstance(ip, str) for ip in record.get("worker_node_ips") or []):
         return "worker_node_ips must be a list of strings"
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in record.get("step_times_s") or []):
+        return "step_times_s must be a list of numbers"
     for key, value in record["settings"].items():
         kind = _setting_type_problem(key, value)
         if kind:

@@ -200,6 +200,10 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
             "keep_workers": (max_concurrent_trials or sweep.max_concurrent_trials) == 1,
             "worker_counts": list(dict.fromkeys(t["num_workers"] for t in todo)),
             "codecs": _codecs(todo),
+            # On a local run every worker gets the threads it has where the most workers share the machine:
+            # a trial of 1 and one of 2 workers measure the same device.
+            "threads": None if address or os.environ.get("RAY_ADDRESS") else max(
+                1, (os.cpu_count() or 1) // max(t["num_workers"] for t in sweep.trials)),
             "emulation": None if emulation is None else {"prefix": emulation.prefix, "hosts": emulation.hosts,
                                                           "workers_per_host": emulation.workers_per_host,
                                                           "cpu_count": os.cpu_count(), "resource": HOST_RESOURCE},
@@ -619,6 +623,7 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
             path = self._finish(trial, outcome["status"], outcome["reason"], outcome.get("model_summary"),
                                 outcome.get("worker_node_ips", "").split() or None, traceback=outcome.get("traceback"),
                                 sources=json.loads(outcome["sources"]) if "sources" in outcome else None,
+                                step_times=json.loads(outcome["step_times_s"]) if "step_times_s" in outcome else None,
                                 judged=outcome["status"] != "failed" or outcome.get("in_workers", False))
             if path is not None and outcome.get("traceback"):
                 progress.note(f"traceback of {_trial_name(trial)}: in its record {path} (\"traceback\")")
@@ -632,7 +637,8 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
 
         def _finish(self, trial, status: str, reason: str | None, model_summary: dict | None = None,
                     worker_node_ips: list[str] | None = None, traceback: str | None = None,
-                    sources: list[dict[str, Any]] | None = None, judged: bool = False) -> Path | None:
+                    sources: list[dict[str, Any]] | None = None, judged: bool = False,
+                    step_times: list[float] | None = None) -> Path | None:
             history = self.history.pop(trial.trial_id, [])
             attempts = self.attempts.pop(trial.trial_id, 0)
             if self.stopped:  # the sweep is ending: this trial runs again on resume
@@ -642,7 +648,7 @@ def _recorder(results: Path, progress: Progress, emulation: Cluster | None = Non
                 path = write_record(where, make_record(
                     _point(trial), status, reason, history, model_summary, attempts=attempts,
                     worker_node_ips=worker_node_ips, link=_link(emulation, _point(trial)),
-                    traceback=traceback, sources=sources))
+                    traceback=traceback, sources=sources, step_times=step_times))
             except OSError as error:
                 self.stopped = True
                 progress.note(f"warning: could not write the record of {_trial_name(trial)} in "

@@ -70,6 +70,11 @@ CLUSTER: tuple[Param, ...] = (
     Param("cpus_per_worker", 1.0, float, low=0, low_open=True, doc="CPUs Ray reserves for each worker"),
     Param("gpus_per_worker", 1.0, float, low=0, low_open=True, doc="GPUs Ray reserves for each worker (use_gpu)"),
     Param("max_failures", 0, int, low=-1, doc="restarts of a trial's workers after a failure; -1 = forever"),
+    Param("threads_per_worker", None, int, low=1, high=1024, nullable=True,
+          doc="torch threads of each CPU worker, the same whatever the trial's worker count, so that 1 and 2 "
+              "workers compare like with like; null: on a local run, the cores over the sweep's largest "
+              "num_workers; on an emulated cluster, the cores over its worker slots; joining a cluster, the node's "
+              "cores over its workers"),
     Param("placement_timeout_s", 600.0, float, low=0, low_open=True, high=PLACEMENT_TIMEOUT_MAX_S, nullable=True,
           doc="seconds a trial's workers may wait for resources before it fails (with max_concurrent_trials "
               "> 1 the wait for other trials counts); null: wait as long as it takes"),

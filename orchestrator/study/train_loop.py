@@ -126,7 +126,7 @@ def _optimizer(config: dict[str, Any], params) -> torch.optim.Optimizer:
 
 
 class _Aggregate:
-    """Scalars reduced over the ranks (op: max, min or sum): one all_reduce per call."""
+    """Values reduced over the ranks, entry by entry (op: max, min or sum): one all_reduce per call."""
 
     _OPS = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "sum": dist.ReduceOp.SUM}
 
@@ -213,8 +213,9 @@ def _constant_accuracy(data: workloads.DatasetPair, config: dict[str, Any]) -> f
 
 def train(config: dict[str, Any], report: Report | None = None, threads: int | None = None,
           started: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Train one configuration; returns ``{status, reason, model_summary, sources, final, history}``
-    (``sources``: the file and sha256 of each module of the user's code it ran).
+    """Train one configuration; returns ``{status, reason, model_summary, sources, final, history,
+    cuda_events, step_times_s}`` (``sources``: the file and sha256 of each module of the user's code it ran;
+    ``step_times_s``: every step's time, the slowest rank's).
 
     ``config`` holds training-loop settings (``settings.TRAINING_KEYS``; missing
     ones take their defaults); an invalid one raises ValueError naming it.
@@ -274,6 +275,7 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
     samples_per_epoch = math.ceil(len(data.train) / world)
 
     history: list[dict[str, Any]] = []
+    world_steps: list[float] = []
     status, reason, train_time, reached_at, reached_step = "ok", None, 0.0, None, None
     global_step = 0
     for epoch_number in range(1, config["epochs"] + 1):
@@ -340,6 +342,10 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
         local = columns.over_steps(per_step)
         local["cpu_steal_share"] = env_info.steal_share(ticks, end_ticks)
         local["cpu_idle_share"] = env_info.idle_share(ticks, end_ticks)
+        local["load_avg"] = env_info.load_average()
+        local["cores"], local["threads"] = float(os.cpu_count() or math.nan), float(torch.get_num_threads())
+        # The world's steps: each the slowest rank's (a step ends when every rank's does).
+        world_steps += aggregate(step_times, "max")  # the ranks run as many steps
         epoch = {**columns.reduce_over_ranks(local, aggregate), "epoch": epoch_number}
         epoch_time = epoch["train_time_s"]
         train_time += epoch_time
@@ -375,7 +381,8 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
         if status == "diverged":
             break
     return {"status": status, "reason": reason, "model_summary": summary, "sources": sources,
-            "final": history[-1] if history else {}, "history": history, "cuda_events": events.summary()}
+            "final": history[-1] if history else {}, "history": history, "cuda_events": events.summary(),
+            "step_times_s": world_steps}
 
 
 def _flag_type(key: str) -> Callable[[str], Any]:

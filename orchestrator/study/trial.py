@@ -40,7 +40,7 @@ def _run(trial: dict[str, Any], settings: dict[str, Any], run: dict[str, Any]) -
     resources = {"CPU": cluster["cpus_per_worker"]}
     if cluster["use_gpu"]:
         resources["GPU"] = cluster["gpus_per_worker"]
-    threads = None
+    threads = run["threads"]
     if run["emulation"] is not None:
         resources[run["emulation"]["resource"]] = 1
         # A worker slot is a fixed share of this machine's cores, whatever the trial's worker count:
@@ -48,6 +48,7 @@ def _run(trial: dict[str, Any], settings: dict[str, Any], run: dict[str, Any]) -
         slots = run["emulation"]["hosts"] * run["emulation"]["workers_per_host"]
         threads = max(1, run["emulation"]["cpu_count"] // slots)
         _shape_for(trial, run["emulation"]["prefix"])
+    threads = cluster["threads_per_worker"] or threads
     problem = placement_problem(trial["num_workers"], resources, _node_resources())
     if problem:
         raise Unplaceable(problem)

@@ -1031,3 +1031,28 @@ def test_predicts_bandwidth_must_be_a_rate_and_is_not_offered_null(tmp_path, cap
     assert cli.main(["predict", str(folder), "--bandwidth", "fast", "--num_workers", "2"]) == 2
     err = capsys.readouterr().err
     assert err == "error: --bandwidth must be a rate from 8kbit to 100gbit, like 100mbit or 2.5gbit, got 'fast'\n"
+
+
+@pytest.mark.parametrize("span, recommended", [((0.95, 1.05), True), ((0.25, 4.0), False)])
+def test_advise_leaves_out_a_speedup_whose_interval_includes_1(tmp_path, monkeypatch, span, recommended):
+    monkeypatch.setattr(predictor, "reduce_bps", lambda: 1e9)
+    monkeypatch.setattr(predictor, "profile", lambda settings: PROFILE)
+    lo, hi = span
+    one = {**ONE, "overhead_vs_fp32": 1.0, "overhead_vs_fp32_lo": lo, "overhead_vs_fp32_hi": hi}
+    two = {**ONE, "steps_to_target": 50.0, "accuracy_delta": 0.0}
+    folder = write_folder(tmp_path, [({}, {**one, "overhead_vs_fp32_lo": math.nan, "overhead_vs_fp32_hi": math.nan}),
+                                     ({"num_workers": 2}, two), (QSGD, one), ({**QSGD, "num_workers": 2}, two)])
+    table, _ = predictor.predict(folder, 1e6, 2, 0.0)
+    fp32, qsgd = table.to_dict("records")
+    assert (fp32["tta_speedup_lo"], fp32["tta_speedup_hi"]) == (1.0, 1.0)
+    speedup = qsgd["tta_speedup_vs_fp32"]
+    assert speedup > 1.2 and (qsgd["tta_speedup_lo"], qsgd["tta_speedup_hi"]) == (speedup / hi, speedup / lo)
+    advice = predictor.advice(table, 0.5).splitlines()
+    if recommended:
+        assert advice[0].startswith(f"{qsgd['configuration']}: ")
+    else:
+        assert advice == [
+            "none recommended: no configuration reached the target within 0.5 points of fp32's accuracy",
+            f"excluded {qsgd['configuration']}: not measurable here: its predicted speedup's 95% interval "
+            f"[{speedup / hi:.2f}, {speedup / lo:.2f}] includes 1 (its one-worker step is not known well enough "
+            "against fp32's on this machine: more steps, a quieter machine or a second seed narrow it)"]

@@ -98,3 +98,41 @@ def test_step_time_table_is_milliseconds_per_configuration_and_worker_count(dire
     # fp32 at lr=0.1: seeds with 10 ms and 12 ms steps, three quarters of each in compute
     assert bars.loc["fp32 lr=0.1 num_workers=2", "compute"] == pytest.approx(8.25)
     assert bars[["compute", "exposed_comm"]].sum(axis=1).iloc[-1] == pytest.approx(bars["step_time"].iloc[-1])
+
+
+def _timed(compressor: str, steps: list[float], workers: int = 2, seed: int = 0, load: float = 0.5) -> dict:
+    """A trial whose every step is recorded (the slowest rank's), with the machine's load."""
+    median = statistics.median(steps)
+    history = epochs(median * len(steps), median, [0.5], target=0.9)  # no target reached: step-time basis
+    for epoch in history:
+        epoch.update(load_avg=load, cores=2.0, threads=1.0)
+    rec = record(compressor, seed, history, workers=workers)
+    rec["step_times_s"] = steps
+    return rec
+
+
+def test_every_timing_has_its_interval_and_a_difference_within_the_noise_is_not_measurable():
+    base = [0.010 + 0.001 * (i % 7) for i in range(40)]  # 10 ms to 16 ms, every value alike often
+    noisy = [t * 0.98 for t in reversed(base)]            # 2% faster: within the spread of the steps
+    fast = [t * 0.5 for t in base]                        # twice as fast
+    trials = trials_table([_timed(FP32, base), _timed("qsgd", noisy), _timed("dynamic8", fast)])
+    row = trials.set_index("compressor")
+    # 40 steps: the 14th and 27th order statistics (P(B <= 13) = 0.0192 <= 0.025 < P(B <= 14) = 0.0403)
+    ordered = sorted(noisy)
+    assert (row.loc["qsgd", "step_time_s_lo"], row.loc["qsgd", "step_time_s_hi"]) == (ordered[13], ordered[26])
+    qsgd_lo, qsgd_hi = row.loc["qsgd", "speedup_vs_fp32_lo"], row.loc["qsgd", "speedup_vs_fp32_hi"]
+    assert qsgd_lo < 1.0 < qsgd_hi  # the noise covers 2%
+    assert 1.0 < row.loc["dynamic8", "speedup_vs_fp32_lo"] <= 2.0 <= row.loc["dynamic8", "speedup_vs_fp32_hi"]
+    summary = summary_markdown(trials, "t")
+    cell = {line.split(" | ")[0].strip("| ").split()[0]: line for line in summary.splitlines()
+            if line.startswith("| ") and "num_workers" not in line}
+    assert "not measurable" in cell["qsgd"] and f"[{qsgd_lo:.2f}, {qsgd_hi:.2f}]" in cell["qsgd"]
+    assert "not measurable" not in cell["dynamic8"] and "[" not in cell["fp32"]  # fp32 is 1 by definition
+    assert "One seed per configuration" in summary and "busier than its cores" not in summary
+
+
+def test_the_summary_says_when_the_machine_was_busier_than_its_cores():
+    steps = [0.01 + 0.001 * (i % 5) for i in range(20)]
+    summary = summary_markdown(trials_table([_timed(FP32, steps, load=1.0), _timed("qsgd", steps, load=3.5)]), "t")
+    assert ("This machine was busier than its cores during 1 of 2 trials (load average up to 3.5 on 2 cores): "
+            "their timings are noisy, their intervals wide.") in summary

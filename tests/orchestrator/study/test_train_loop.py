@@ -276,3 +276,15 @@ def test_training_cli_help_lists_only_training_settings(cli):
     text = cli(["--help"])["stdout"]
     flags = set(re.findall(r"^\s+(?:-h, )?--(\w+)", text, re.M))
     assert flags == {*settings.TRAINING_KEYS, "help", "json"}
+
+
+def test_every_steps_time_and_the_machines_load_are_recorded():
+    import os
+
+    import torch
+
+    result = train({**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 3})
+    assert len(result["step_times_s"]) == 6 and all(t > 0 for t in result["step_times_s"])
+    for epoch in result["history"]:
+        assert epoch["cores"] == os.cpu_count() and epoch["threads"] == torch.get_num_threads()
+        assert epoch["load_avg"] == epoch["load_avg"]  # a number where the system has a load average
