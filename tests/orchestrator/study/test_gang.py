@@ -96,3 +96,43 @@ def test_a_gang_that_cannot_be_placed_in_time_says_so_and_idle_gangs_make_room(r
         pool.take(1, {"CPU": 1.0}, timeout_s=2)
     two.kill()
 
+
+
+BEHAVING = '''\
+import os
+import signal
+import time
+
+
+def behave(input_shape, num_classes, mode="hang"):
+    if mode == "raise":
+        raise ValueError("the layer sizes do not add up\\nsecond line")
+    if mode == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(600)  # never returns in time
+'''
+
+
+def test_a_raising_a_dying_and_a_hanging_trial_fail_with_their_reasons(ray_local, tmp_path):
+    from orchestrator.study.gang import Limits, Pool, TrialTimeout, WorkerFailure
+
+    (tmp_path / "behave.py").write_text(BEHAVING)
+    pool, resources = Pool(), {"CPU": 0.5}
+
+    def run(mode: str, limits: Limits | None = None) -> None:
+        config = {**TINY, "model": f"{tmp_path / 'behave.py'}:behave", "model_options": {"mode": mode}}
+        del config["width"], config["depth"]
+        list(pool.take(1, resources, timeout_s=60).run(1, "gloo", config, "sweep", "trial", 1, limits))
+
+    with pytest.raises(WorkerFailure) as raised:
+        run("raise")
+    # the user's exception in its own words; the worker's whole traceback, the user's frame in it
+    assert raised.value.reason == "ValueError: the layer sizes do not add up"
+    assert 'behave.py", line 8, in behave' in raised.value.detail
+    with pytest.raises(WorkerFailure) as died:
+        run("die")
+    assert died.value.reason.startswith("the worker of rank 0 (pid ")
+    assert "died without a Python error: killed (the kernel's OOM killer, a signal) or crashed" in died.value.reason
+    with pytest.raises(TrialTimeout, match="the first training step was not done within startup_timeout_s = 3 s"):
+        run("hang", Limits(startup_s=3.0))
+    assert not (tmp_path / "__pycache__").exists()  # nothing written beside the user's file
