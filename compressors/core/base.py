@@ -221,9 +221,13 @@ class Compressor(ABC):
             self._encode_numba(flat.contiguous().numpy(), array[len(header):], shape,
                                step=step, rank=rank, stream=stream, **extra)
             return payload
-        body = self._encode_body(flat, shape, step=step, rank=rank, stream=stream, **extra)
-        parts = [torch.frombuffer(bytearray(header), dtype=torch.uint8).to(x.device)]
-        parts += [_flat_bytes(part) for part in body]
+        body = [_flat_bytes(part) for part in self._encode_body(flat, shape, step=step, rank=rank, stream=stream,
+                                                                **extra)]
+        made = sum(part.numel() for part in body)
+        if made != body_nbytes:  # the codec's own two halves disagree: say so here, not at a peer's decode
+            raise ValueError(f"{self.name}: encode made a body of {made} bytes for a tensor of shape {list(shape)}, "
+                             f"where its _body_nbytes says {body_nbytes}: _encode_body and _body_nbytes disagree")
+        parts = [torch.frombuffer(bytearray(header), dtype=torch.uint8).to(x.device), *body]
         return torch.cat(parts, out=out) if out is not None else torch.cat(parts)
 
     def decode(self, payload: torch.Tensor, *, out: torch.Tensor | None = None, add: bool = False) -> torch.Tensor:

@@ -56,3 +56,15 @@ def test_meta_tensors_are_refused_with_a_clear_message(impl):
                 call()
             assert str(err.value) == (f"{name}: meta tensors have no data to encode or decode; "
                                       "give a tensor on a real device")
+
+
+def test_an_encode_whose_body_disagrees_with_its_size_formula_is_blamed_at_encode():
+    codec = compressors.get("fp16", impl="reference")
+
+    class Short(type(codec)):  # no name of its own: registers nothing
+        def _encode_body(self, flat, shape, **kw):
+            return [part[:-1] for part in super()._encode_body(flat, shape, **kw)]
+
+    with pytest.raises(ValueError, match=r"^fp16: encode made a body of 14 bytes for a tensor of shape \[8\], where "
+                                         r"its _body_nbytes says 16: _encode_body and _body_nbytes disagree$"):
+        Short(impl="reference").encode(torch.ones(8))
