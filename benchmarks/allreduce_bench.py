@@ -58,17 +58,6 @@ def label(compressor: str, algorithm: str, params: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- machine facts
 
 
-def mem_available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def machine_info(args: argparse.Namespace) -> dict[str, Any]:
     return {
         **env_info.describe(),
@@ -85,7 +74,7 @@ def fits(side: int, num_workers: int, backend: str) -> bool:
     if backend == "nccl":
         per_rank = min(torch.cuda.get_device_properties(r).total_memory for r in range(num_workers))
         return nbytes * (6 + 2 * num_workers) < 0.8 * per_rank
-    avail = mem_available_bytes()
+    avail = env_info.mem_available_bytes()
     # input, copy, compensated value, decoded copies, gathered payloads (allgather: one per worker)
     return avail is None or nbytes * (8 + 2 * num_workers) * num_workers < 0.8 * avail
 

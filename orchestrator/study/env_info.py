@@ -92,6 +92,18 @@ def _share(start: CpuTicks | None, end: CpuTicks | None, part: str) -> float:
     return min(max((getattr(end, part) - getattr(start, part)) / total, 0.0), 1.0)
 
 
+def mem_available_bytes() -> int | None:
+    """The memory available to new processes now (/proc/meminfo's MemAvailable); None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def load_average() -> float:
     """The 1-minute load average (NaN where the system has none)."""
     try:

@@ -30,8 +30,9 @@ from torch.utils.data import DataLoader
 
 import workloads
 
-from . import settings as schema
+from . import env_info, settings as schema
 from .failures import reason_of
+from .train_loop import task_loss
 from .sweep_file import Sweep, SweepFileError
 
 # A model whose parameters take more than this share of the available memory is stepped on the meta device.
@@ -158,18 +159,8 @@ def _check_labels(y: torch.Tensor, name: str, classes: int, key: str) -> None:
 def _too_large(model: torch.nn.Module) -> bool:
     """Whether the model's parameters take more than MEMORY_SHARE of the memory available now."""
     size = sum(p.numel() * p.element_size() for p in model.parameters())
-    return size > MEMORY_SHARE * _available_bytes()
-
-
-def _available_bytes() -> float:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return math.inf
+    available = env_info.mem_available_bytes()
+    return available is not None and size > MEMORY_SHARE * available
 
 
 def _step(model: torch.nn.Module, batches: dict[str, tuple[torch.Tensor, torch.Tensor]],
@@ -185,7 +176,7 @@ def _step(model: torch.nn.Module, batches: dict[str, tuple[torch.Tensor, torch.T
         out = model(x)
     _check_output(out, y, data)
     with _blamed("model"):
-        loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1).long())
+        loss = task_loss(out, y.long())
     if device != "meta" and not math.isfinite(float(loss.detach())):
         raise Problem("model", f"the loss of the first training batch is {float(loss.detach())} before any step")
     with _blamed("model"):

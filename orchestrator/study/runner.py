@@ -241,7 +241,8 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     except KeyboardInterrupt:
         ended = True  # Ctrl-C or SIGTERM before Tune took them over (Ray starting), or a second one: counted below
     finally:
-        skipped = _skip_hopeless(recorder, results, grid_todo, progress) if ended else 0
+        if ended:
+            _skip_hopeless(recorder, results, grid_todo, progress)
         # The tables and plots (seconds) are drawn while Ray shuts down (seconds of waiting on its processes).
         finishing = threading.Thread(target=finish, args=(results,), name="finish") if ended else None
         if finishing is not None:
@@ -253,7 +254,7 @@ def _run_locked(sweep: Sweep, results: Path, address: str | None, resume: bool,
     finished, inputs_finished = finished_ids(results), finished_ids(inputs_folder)
     left = [t for t in grid_todo if t["trial_id"] not in finished]
     unfinished = len(left) + len([t for t in extra if t["trial_id"] not in inputs_finished])
-    if skipped:
+    if recorder is not None and recorder.hopeless is not None:  # the rest were recorded as skipped
         unfinished = 0
     if unfinished:
         progress.note(f"interrupted: {unfinished} trial(s) not finished; to run them: "
@@ -272,7 +273,7 @@ def _skip_hopeless(recorder: Any, results: Path, grid: list[dict[str, Any]], pro
         write_record(results, make_record(trial, SKIPPED, recorder.hopeless, [], attempts=0))
     progress.note(f"stopped: every trial that ended failed with the same reason ({recorder.hopeless}); "
                   f"{len(left)} trial(s) that would fail alike recorded as skipped (a resume runs them)")
-    return len(left) or 1
+    return len(left)
 
 
 def _configuration(trial: dict[str, Any]) -> str:

@@ -141,7 +141,7 @@ class _Aggregate:
         return t.tolist()
 
 
-def _loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+def task_loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Cross-entropy of logits [..., classes] against targets [...]: a label per sample (classification) or
     the next token at every position (a language model), in nats per target."""
     return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction=reduction)
@@ -184,7 +184,7 @@ def _evaluate(model: torch.nn.Module, data: workloads.DatasetPair, rank: int, wo
         for x, y in batches:
             x, y = x.to(device), y.to(device)
             out = model(x)
-            loss_sum += float(_loss(out, y, "sum"))
+            loss_sum += float(task_loss(out, y, "sum"))
             correct += float((out.argmax(-1) == y).sum())
             targets += y.numel()
     model.train()
@@ -298,7 +298,7 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
             start = time.perf_counter()
             clock.start()
             events.mark(start)
-            loss = _loss(model(x), y)
+            loss = task_loss(model(x), y)
             if config["force_nan_at_step"] == global_step:
                 loss = loss * math.nan
             optimizer.zero_grad(set_to_none=False)

@@ -171,7 +171,7 @@ def test_a_model_too_large_for_this_machine_is_checked_on_the_meta_device(study,
 
     seen = []
     real = preflight._step
-    monkeypatch.setattr(preflight, "_available_bytes", lambda: 1.0)
+    monkeypatch.setattr(preflight.env_info, "mem_available_bytes", lambda: 1)
     monkeypatch.setattr(preflight, "_step", lambda model, batches, data, device: (seen.append(device),
                                                                                  real(model, batches, data, device)))
     assert preflight.check_sweep(load_sweep(study(USER.format("good")))) == 1
