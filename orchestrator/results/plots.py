@@ -143,7 +143,7 @@ def _answer(plt, trials, colours, workers, judged):
                               f"{judged.name} change vs fp32")
         for label, group in frame.groupby("label", sort=False):
             x_mean, lo, hi = group["x"].mean(), group["lo"].min(), group["hi"].max()
-            # the x bar: the 95% interval of the timing (the widest of the seeds'); else the spread over seeds;
+            # the x bar: the 95% interval of the timing (its seeds share it); else the spread over seeds;
             # one seed without an interval has no bar rather than a NaN one
             xerr = [[max(0.0, x_mean - lo)], [max(0.0, hi - x_mean)]] if pd.notna(lo) and pd.notna(hi) else \
                 (group["x"].std() if len(group) > 1 else None)

@@ -62,11 +62,11 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
         "Cells: mean ± sample standard deviation over the \"ok\" trials (seeds), with n trials. "
         f"{judged.name.capitalize()}: after the last epoch. Time to target: seconds of training until the target "
         "(k/n: reached by k of n). Speedup: vs fp32 at the same number of workers, from 2 workers on; "
-        "\\* = some compared step time because a run did not reach the target; "
-        "† = the spread over seeds includes 1 (no measurable difference). With one worker nothing is "
+        "\\* = some compared step time because a run did not reach the target. With one worker nothing is "
         "communicated: overhead = step time / fp32's step time (what encoding, decoding and error feedback cost). "
-        "[lo, hi]: the 95% interval of a speedup or overhead, a bootstrap over the steps of the runs compared "
-        "(docs/results.md); \"not measurable\": it includes 1, so this machine's noise covers the difference.",
+        "[lo, hi]: the 95% interval of the mean speedup or overhead, a bootstrap over the steps of the runs "
+        "compared and, where configurations ran more than once, over a rerun of each (docs/results.md); "
+        "\"not measurable\": it includes 1, so this machine's noise covers the difference.",
         "",
     ]
     noise = _noise_lines(trials)
@@ -91,7 +91,7 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
     stats.columns = [f"{value}_{stat}" for value, stat in stats.columns]
     stats["n"] = groups.size()
     stats["star"] = groups["star"].any()
-    stats["lo"], stats["hi"] = groups["lo"].min(), groups["hi"].max()  # the widest of the seeds' intervals
+    stats["lo"], stats["hi"] = groups["lo"].min(), groups["hi"].max()  # the seeds share their mean's interval
     for label in labels:
         cells = [label]
         for w in workers:
@@ -103,9 +103,7 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
             time = _cell(cell, "time", 1) if reached else "not reached"
             if reached < n:
                 time += f" ({reached}/{n} reached)"
-            speedup = _cell(cell, "speedup", 2, "x") + _interval(cell)
-            if w > 1:
-                speedup += ("\\*" if cell["star"] else "") + ("†" if _overlaps_one(cell) else "")
+            speedup = _cell(cell, "speedup", 2, "x") + _interval(cell) + ("\\*" if w > 1 and cell["star"] else "")
             cells += [_cell(cell, "quality", 4), time, speedup]
         lines.append("| " + " | ".join(cells) + " |")
 
@@ -131,6 +129,13 @@ def _noise_lines(trials: pd.DataFrame) -> list[str]:
     if int(seeds.max()) <= 1:
         lines.append("One seed per configuration: each interval covers the noise between the steps of one run; a "
                      "second seed (sweep: {seed: [0, 1]}) would add the differences between runs.")
+    else:
+        between = numeric(trials.get("between_runs_sd", pd.Series(dtype=float))).dropna()
+        if not between.empty:
+            lines.append(f"Runs of one configuration differed by {between.min():.0%}"
+                         + (f" to {between.max():.0%}" if round(between.max(), 2) > round(between.min(), 2) else "")
+                         + " in median step time (standard deviation between seeds): every interval includes a "
+                         "rerun's difference.")
     load, cores = numeric(trials.get("load_avg", pd.Series(dtype=float))), numeric(
         trials.get("cores", pd.Series(dtype=float)))
     busy = load > cores
@@ -154,13 +159,6 @@ def _not_ok_lines(not_ok: pd.DataFrame, shown: int = 3) -> list[str]:
         lines.append(f"- {status}, {len(names)} trial{'s' if len(names) > 1 else ''}: {reason}. "
                      f"{', '.join(names[:shown])}{more}")
     return lines
-
-
-def _overlaps_one(stats: pd.Series) -> bool:
-    """Whether mean ± standard deviation of the speedup over seeds includes 1 (n >= 2)."""
-    if int(stats["speedup_count"]) < 2:
-        return False
-    return abs(float(stats["speedup_mean"]) - 1.0) <= float(stats["speedup_std"])
 
 
 def _step_time_lines(ok: pd.DataFrame) -> list[str]:

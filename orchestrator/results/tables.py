@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..study.columns import ID_COLUMNS, MODEL_COLUMNS, RESULT_COLUMNS, STEP_METRICS, column, median_low_index
 from ..study import labels
-from ..study.intervals import median_interval, ratio_factors
+from ..study.intervals import median_interval, ratio_factors, run_effects, spread
 from ..study.quality import Quality, quality, targets
 from ..study.settings import FP32, SIXTEEN_BIT, TEST_HOOKS, compressor_param_names
 
@@ -147,31 +147,68 @@ def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = N
         trials[speedup], trials[basis] = result["speedup"], result["basis"]
     trials["overhead_vs_fp32"] = overheads(trials, ok[ok["compressor"] == FP32])
     steps = {r["trial_id"]: r.get("step_times_s") or [] for r in records}
-    ends = [median_interval(steps[trial_id]) for trial_id in trials["trial_id"]]
-    trials["step_time_s_lo"], trials["step_time_s_hi"] = [e[0] for e in ends], [e[1] for e in ends]
+    trials["step_time_s_lo"], trials["step_time_s_hi"] = _step_time_intervals(trials, steps)
+    effects = _run_effects(trials, steps)
+    trials["between_runs_sd"] = _keys(trials)["workload"].map(lambda key: spread(effects.get(key, np.empty(0))))
     for baseline, ratio, inverse in ((FP32, "speedup_vs_fp32", False), (sixteen_bit_baseline(trials), "speedup_vs_16bit", False),
                                      (FP32, "overhead_vs_fp32", True)):
         trials[f"{ratio}_lo"], trials[f"{ratio}_hi"] = ratio_intervals(
-            trials, ok[ok["compressor"] == baseline], trials[ratio], steps, inverse)
+            trials, ok[ok["compressor"] == baseline], trials[ratio], steps, effects, inverse)
     return trials.reindex(columns=[*ID_COLUMNS, *settings, *RESULT_COLUMNS])
 
 
+def _step_time_intervals(trials: pd.DataFrame, steps: dict[str, list[float]]) -> tuple[list[float], list[float]]:
+    """Each trial's step time interval: the order statistics' interval of the median of all its steps
+    (orchestrator.study.intervals.median_interval), as factors of that median applied to ``step_time_s``
+    (the median epoch's median step), so that the interval is of the step time shown."""
+    ends = []
+    for trial_id, step_time in zip(trials["trial_id"], numeric(trials["step_time_s"])):
+        series = [t for t in steps.get(trial_id, []) if np.isfinite(t)]
+        low, high = median_interval(series)
+        middle = float(np.median(series)) if series else np.nan
+        ends.append((step_time * low / middle, step_time * high / middle) if middle > 0 else (np.nan, np.nan))
+    return [e[0] for e in ends], [e[1] for e in ends]
+
+
+def _configurations(trials: pd.DataFrame) -> pd.Series:
+    """Per trial, its configuration (every setting but the seed) as a comparable string."""
+    compression = _plain(trials.reindex(columns=list(_compression_keys()))).to_dict("records")
+    return _keys(trials)["workload"] + pd.Series([json.dumps(c, sort_keys=True, default=str) for c in compression],
+                                                 index=trials.index)
+
+
+def _run_effects(trials: pd.DataFrame, steps: dict[str, list[float]]) -> dict[str, np.ndarray]:
+    """Per workload, how much a run moves its median step (orchestrator.study.intervals.run_effects), from the
+    "ok" trials of each configuration that ran more than once (several seeds)."""
+    workloads, configurations = _keys(trials)["workload"], _configurations(trials)
+    medians = pd.Series([float(np.median(steps[t])) if len(steps.get(t, [])) >= 2 else np.nan
+                         for t in trials["trial_id"]], index=trials.index)
+    ok = trials["status"] == "ok"
+    return {workload: run_effects(group.groupby(configurations[group.index]).agg(list))
+            for workload, group in medians[ok].groupby(workloads[ok])}
+
+
 def ratio_intervals(trials: pd.DataFrame, baselines: pd.DataFrame, ratios: pd.Series, steps: dict[str, list[float]],
-                    inverse: bool = False) -> tuple[pd.Series, pd.Series]:
-    """The 95% interval of each trial's ratio against its baselines (``_baseline_times`` says which): the ratio
-    times the bootstrap's factors of baseline step / own step (orchestrator.study.intervals.ratio_factors),
-    their reciprocals for own / baseline (``inverse``: an overhead). NaN where the ratio is, for a baseline
-    against itself, or where a series has too few steps."""
+                    effects: dict[str, np.ndarray], inverse: bool = False) -> tuple[pd.Series, pd.Series]:
+    """The 95% interval of the mean ratio of each configuration's trials (its "ok" seeds together, any other
+    trial alone) against their baselines (``_baseline_times`` says which), given to each of them: the mean
+    ratio times the bootstrap's factors of baseline step / own step (orchestrator.study.intervals.ratio_factors,
+    with the rerun ``effects`` of their workload), their reciprocals for own / baseline (``inverse``: an
+    overhead). NaN where the ratio is, for a baseline against itself, or where a series has too few steps."""
     members = _baseline_members(trials, baselines)
+    workloads = _keys(trials)["workload"]
     lo, hi = pd.Series(np.nan, index=trials.index), pd.Series(np.nan, index=trials.index)
-    for index in trials.index[numeric(ratios).notna()]:
-        if index in members[index]:  # a baseline against itself: 1 by definition
-            continue
-        base = [steps.get(trials.at[i, "trial_id"], []) for i in members[index]]
-        low, high = ratio_factors(base, steps.get(trials.at[index, "trial_id"], []))
+    compared = [i for i in trials.index[numeric(ratios).notna()] if i not in members[i]]  # not a baseline's own
+    alone = pd.Series(trials.index.astype(str), index=trials.index)
+    groups = _configurations(trials).where(trials["status"] == "ok", alone)
+    for _, group in groups[compared].groupby(groups[compared], sort=False):
+        pairs = [([steps.get(trials.at[i, "trial_id"], []) for i in members[index]],
+                  steps.get(trials.at[index, "trial_id"], [])) for index in group.index]
+        low, high = ratio_factors(pairs, effects.get(workloads[group.index[0]]))
         if inverse:
             low, high = 1.0 / high, 1.0 / low
-        lo[index], hi[index] = ratios[index] * low, ratios[index] * high
+        mean = float(numeric(ratios)[group.index].mean())
+        lo[group.index], hi[group.index] = mean * low, mean * high
     return lo, hi
 
 

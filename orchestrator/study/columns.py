@@ -174,11 +174,16 @@ TRIAL: tuple[Column, ...] = (
            "cost; empty with more workers"),
     *(Column(f"{name}_{end}", "ratio", f"{'low' if end == 'lo' else 'high'} end of the 95% interval of {name}: a "
              "bootstrap over the steps of the trial and its baselines (and the baselines' seeds), each step the "
-             "slowest rank's; an interval that includes 1 is not measurable here; empty with fewer than 2 steps")
+             "slowest rank's, and, where configurations ran more than once, over a rerun of each (between_runs_sd); "
+             "an interval that includes 1 is not measurable here; empty with fewer than 2 steps")
       for name in ("speedup_vs_fp32", "speedup_vs_16bit", "overhead_vs_fp32") for end in ("lo", "hi")),
+    Column("between_runs_sd", "", "how much a run moves its median step: the standard deviation of the log median "
+           "step between the ok runs (seeds) of one configuration, pooled over the configurations of the trial's "
+           "workload run more than once (0.05: about 5%); empty where none was"),
     column("step_time_s"),
-    Column("step_time_s_lo", "s", "low end of the distribution-free 95% interval of the trial's median step (order "
-           "statistics of all its steps, each the slowest rank's); empty with fewer than 6 steps"),
+    Column("step_time_s_lo", "s", "low end of the distribution-free 95% interval of the trial's median step: the "
+           "order statistics' interval of the median of all its steps (each the slowest rank's), relative to that "
+           "median, applied to step_time_s; empty with fewer than 6 steps"),
     Column("step_time_s_hi", "s", "high end of that interval"),
     Column("predicted_step_time_s", "s", "what the performance model (lowprec predict) expects of a multi-worker "
            "trial on an emulated cluster, from the one-worker trials and the sharing of cores that the sweep's "

@@ -7,11 +7,17 @@ binomial's tails: no assumption on the distribution of step times); the interval
 where there are several. The bootstrap draws from a fixed seed: the same steps give the same interval.
 An interval that cannot be had (too few steps) is NaN; one that includes 1 says the difference is not
 measurable here.
+
+Steps of one run share what the run landed on (cores, memory placement, what else ran meanwhile): a
+second run of the same configuration differs by more than its steps' noise. Where a study runs a
+configuration more than once (several seeds), that spread between runs is measured (``run_effects``) and
+every ratio's bootstrap also draws a rerun of each trial compared from it, so the interval says what
+running the study again would show, not only what one run's steps say.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -38,28 +44,60 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
     return float(x[k - 1]), float(x[n - k])
 
 
-def ratio_factors(numerators: Sequence[Sequence[float]], denominator: Sequence[float],
-                  confidence: float = CONFIDENCE, draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float]:
-    """How far a ratio of medians may move: ``(lo, hi)`` factors of ``mean_i median(numerators[i]) /
-    median(denominator)`` (the ratio measured), the ``confidence`` percentile interval of that ratio over a
-    bootstrap of the steps of each series (and of the numerators' seeds where there are several), divided by
-    the measured ratio. Multiply a ratio built from these series by them for its interval. NaN where a
-    series has fewer than 2 finite values."""
-    numerators = [_finite(series) for series in numerators]
-    denominator = _finite(denominator)
-    if not numerators or len(denominator) < 2 or any(len(series) < 2 for series in numerators):
-        return math.nan, math.nan
+def run_effects(runs: Iterable[Sequence[float]]) -> np.ndarray:
+    """How much a run moves its median step: per configuration, the log of each run's median step minus
+    their mean, scaled by sqrt(n / (n - 1)) so that their spread is the sample standard deviation's; pooled
+    over the configurations of ``runs`` (each the median steps of one configuration's runs) run at least
+    twice. Empty where none was."""
+    effects = []
+    for medians in runs:
+        logs = np.log([m for m in medians if math.isfinite(m) and m > 0])
+        if len(logs) >= 2:
+            effects.extend((logs - logs.mean()) * math.sqrt(len(logs) / (len(logs) - 1)))
+    return np.asarray(effects, dtype=float)
+
+
+def spread(effects: np.ndarray) -> float:
+    """The standard deviation of a run's log median step that ``effects`` measure (NaN without any)."""
+    return float(math.sqrt(np.mean(effects ** 2))) if len(effects) else math.nan
+
+
+def ratio_factors(pairs: Sequence[tuple[Sequence[Sequence[float]], Sequence[float]]],
+                  effects: np.ndarray | None = None, confidence: float = CONFIDENCE,
+                  draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float]:
+    """How far a mean of ratios of medians may move. Each pair ``(numerators, denominator)`` (a trial of a
+    configuration: its baselines' steps and its own) has the ratio ``mean_i median(numerators[i]) /
+    median(denominator)``; the result is ``(lo, hi)``, the ``confidence`` percentile interval of the mean of
+    the pairs' ratios over a bootstrap of the steps of each series (and of each pair's baselines where there
+    are several), divided by the mean measured. With ``effects`` (``run_effects``), each draw also moves
+    every series by a rerun's effect drawn from them. Multiply the mean ratio by them for its interval. NaN
+    where a series has fewer than 2 finite values."""
     rng = np.random.default_rng(_SEED)
-    measured = np.mean([np.median(series) for series in numerators]) / np.median(denominator)
-    if not measured > 0:
+    measured, drawn = [], []
+    for numerators, denominator in pairs:
+        numerators, denominator = [_finite(series) for series in numerators], _finite(denominator)
+        if not numerators or len(denominator) < 2 or any(len(series) < 2 for series in numerators):
+            return math.nan, math.nan
+        measured.append(np.mean([np.median(series) for series in numerators]) / np.median(denominator))
+        drawn.append(_ratios(numerators, denominator, effects, rng, draws))
+    if not measured or not np.mean(measured) > 0:
         return math.nan, math.nan
+    tail = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(np.mean(drawn, axis=0), [tail, 1.0 - tail])
+    return float(lo / np.mean(measured)), float(hi / np.mean(measured))
+
+
+def _ratios(numerators: list[np.ndarray], denominator: np.ndarray, effects: np.ndarray | None,
+            rng: np.random.Generator, draws: int) -> np.ndarray:
+    """``draws`` bootstrap draws of one pair's ratio of medians (``ratio_factors``)."""
     seeds = rng.integers(len(numerators), size=(draws, len(numerators)))  # which baselines each draw takes
     drawn = np.stack([_medians(series, rng, draws) for series in numerators])  # [baselines, draws]
-    tops = np.take_along_axis(drawn.T, seeds, axis=1).mean(axis=1)
-    ratios = tops / _medians(denominator, rng, draws)
-    tail = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(ratios, [tail, 1.0 - tail])
-    return float(lo / measured), float(hi / measured)
+    tops = np.take_along_axis(drawn.T, seeds, axis=1)  # [draws, baselines taken]
+    bottoms = _medians(denominator, rng, draws)
+    if effects is not None and len(effects):  # each series run again: moved by a measured run's effect
+        reruns = np.exp(effects[rng.integers(len(effects), size=(draws, len(numerators) + 1))])
+        tops, bottoms = tops * reruns[:, 1:], bottoms * reruns[:, 0]
+    return tops.mean(axis=1) / bottoms
 
 
 def measurable(lo: float, hi: float) -> bool:

@@ -1,6 +1,7 @@
 """How sure a timing is (orchestrator/study/intervals.py): the order-statistic interval of a median against
 hand-computed binomial tails, the bootstrap of a ratio of medians (deterministic, covering the measured
-ratio), and "not measurable" where an interval includes 1."""
+ratio), the spread between runs of one configuration and what it adds, and "not measurable" where an
+interval includes 1."""
 from __future__ import annotations
 
 import math
@@ -8,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from orchestrator.study.intervals import measurable, median_interval, ratio_factors
+from orchestrator.study.intervals import measurable, median_interval, ratio_factors, run_effects, spread
 
 
 @pytest.mark.parametrize("n, k", [
@@ -29,12 +30,44 @@ def test_too_few_steps_give_no_interval_and_non_finite_steps_are_left_out():
 def test_a_ratio_of_medians_interval_is_deterministic_and_spans_the_measured_ratio():
     rng = np.random.default_rng(0)
     slow, fast = list(2.0 + 0.2 * rng.random(60)), list(1.0 + 0.1 * rng.random(60))
-    lo, hi = ratio_factors([slow], fast)
-    assert (lo, hi) == ratio_factors([slow], fast)  # a fixed seed: the same steps give the same interval
+    lo, hi = ratio_factors([([slow], fast)])
+    assert (lo, hi) == ratio_factors([([slow], fast)])  # a fixed seed: the same steps give the same interval
     assert lo < 1.0 < hi
     measured = np.median(slow) / np.median(fast)
     assert measurable(measured * lo, measured * hi)  # twice as slow: a difference far beyond the noise
-    same_lo, same_hi = ratio_factors([fast], list(reversed(fast)))
+    same_lo, same_hi = ratio_factors([([fast], list(reversed(fast)))])
     assert not measurable(same_lo, same_hi)  # the same steps: nothing to measure
-    assert all(math.isnan(v) for v in ratio_factors([slow], [1.0]))  # one step: no interval
+    assert all(math.isnan(v) for v in ratio_factors([([slow], [1.0])]))  # one step: no interval
     assert not measurable(math.nan, math.nan)
+
+
+def test_the_effects_of_runs_are_each_runs_log_median_about_its_configurations_mean():
+    # Two configurations run twice (medians 1, 4 and 2, 2) and one run once (left out): the logs about
+    # their means are -+ln 2 and 0, 0, scaled by sqrt(2 / 1) so that they spread as sample deviations.
+    effects = run_effects([[1.0, 4.0], [2.0, 2.0], [3.0], [5.0, math.nan]])
+    assert effects == pytest.approx([-math.sqrt(2) * math.log(2), math.sqrt(2) * math.log(2), 0.0, 0.0])
+    # pooled over the 2 degrees of freedom: sqrt((2 ln2^2 + 0) / 2) = ln 2
+    assert spread(effects) == pytest.approx(math.log(2))
+    assert len(run_effects([[1.0], [2.0]])) == 0 and math.isnan(spread(run_effects([[1.0]])))
+
+
+def test_a_measured_spread_between_runs_widens_the_interval_and_none_leaves_it_as_it_was():
+    rng = np.random.default_rng(1)
+    slow, fast = list(1.10 + 0.01 * rng.random(80)), list(1.0 + 0.01 * rng.random(80))
+    steps_only = ratio_factors([([slow], fast)])
+    assert ratio_factors([([slow], fast)], np.empty(0)) == steps_only
+    assert measurable(*(1.1 * f for f in steps_only))  # 10% apart, steps within 1%: measurable in one run
+    # runs that move their median step by about 10% cover a 10% difference: not measurable
+    rerun = ratio_factors([([slow], fast)], np.array([-0.1, 0.1, -0.1, 0.1]))
+    assert rerun[0] < steps_only[0] and rerun[1] > steps_only[1]
+    assert not measurable(*(1.1 * f for f in rerun))
+
+
+def test_the_mean_of_several_seeds_ratios_is_surer_than_one_seeds():
+    rng = np.random.default_rng(2)
+    seeds = [([list(2.0 + 0.4 * rng.random(40))], list(1.0 + 0.2 * rng.random(40))) for _ in range(4)]
+    effects = np.array([-0.05, 0.05])
+    one, four = ratio_factors(seeds[:1], effects), ratio_factors(seeds, effects)
+    assert four[1] - four[0] < one[1] - one[0]
+    assert four[0] < 1.0 < four[1]
+    assert all(math.isnan(v) for v in ratio_factors([*seeds, ([[1.0, 2.0]], [1.0])]))  # one series too short

@@ -242,9 +242,9 @@ def test_shipped_sweeps_validate(path, capsys, tmp_path, monkeypatch):
     assert path.name == "grubic.yaml" or f"{sweep.name}: {len(sweep.trials)} trials" in capsys.readouterr().out
 
 
-def test_quickstart_is_the_twelve_trial_cpu_study():
+def test_quickstart_is_the_cpu_study_of_six_methods_two_worker_counts_and_three_seeds():
     sweep = load_sweep(ROOT / "sweeps" / "quickstart.yaml")
-    assert len(sweep.trials) == 12
+    assert len(sweep.trials) == 36 and {t["seed"] for t in sweep.trials} == {0, 1, 2}
     assert {t["num_workers"] for t in sweep.trials} == {1, 2}
     assert {t["compressor"] for t in sweep.trials} == {"fp32", "fp16", "dynamic8", "qsgd", "onebit", "adaptive"}
     assert not sweep.cluster["use_gpu"]
