@@ -8,7 +8,7 @@ measured it. This measures that factor per configuration and phase: for each one
 no Ray, no communication: a world of one) with the torch threads an emulated host has, released
 together by a barrier; a phase's figure is the median over the processes of their median per step,
 and its factor the figure at ``k`` over the figure at 1. ``predictor_validation --contention`` uses
-the factors in place of the model's own guess (``predictor.emulated_compute_scale``: 1 up to the
+the factors in place of the model's own guess (``emulated.emulated_compute_scale``: 1 up to the
 cores, then threads / cores), as inputs measured on the target's devices. With ``--world`` the k
 processes are one gloo world over loopback, as a trial's hosts are one world over their links: its
 device phases then also bear what a world adds (gloo's threads, ranks waiting for one another
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.study import env_info
-from orchestrator.predict import predictor
 from orchestrator.predict.sharing import factors
+from orchestrator.predict.trials import configurations, read_trials
 from orchestrator.study.settings import TRAINING_KEYS
 
 PHASES = ("step_time_s", "compute_s", "encode_s", "decode_s", "exposed_comm_s")
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     if counts[0] != 1:
         parser.error("--busy must start with 1: the factors are against one process alone")
     threads = max(1, (os.cpu_count() or 1) // args.hosts)
-    configs, _ = predictor.configurations(predictor.read_trials(args.inputs))
+    configs, _ = configurations(read_trials(args.inputs))
     out: dict[str, Any] = {"environment": env_info.collect(), "inputs": str(args.inputs), "threads": threads,
                            "steps": args.steps, "world": args.world,
                            "configurations": []}

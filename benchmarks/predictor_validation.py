@@ -3,7 +3,7 @@
 The grid (``sweeps/predictor_grid.yaml``: 2 and 4 hosts x 100 Mbit/s and 1 Gbit/s x six methods x
 overlap on/off) is predicted from the one-worker trials of another folder
 (``sweeps/predictor_inputs.yaml``, same model, same emulated cluster) and each grid trial's
-calibrated link, never from the grid's own runs (``orchestrator.predict.predictor.trial_predictions``).
+calibrated link, never from the grid's own runs (``orchestrator.predict.emulated.trial_predictions``).
 Per cell: measured and predicted median step time, the relative error, and the speedup against
 fp32 of the same workers, bandwidth and overlap, measured and predicted (its sign: faster or not).
 With the hosts sharing this machine's cores as the model guesses (``emulated_compute_scale``), as if
@@ -31,14 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.study import env_info
-from orchestrator.predict import predictor
+from orchestrator.predict import measure
+from orchestrator.predict.emulated import TrialInputs, trial_predictions
 from orchestrator.predict.sharing import finite_median, measured_scales, sharing_inputs
+from orchestrator.predict.trials import Trials, config_name, configurations, read_trials
 
 
 PHASES = ("compute_s", "encode_s", "comm_s", "decode_s")
 
 
-def cells(runs: list[tuple[predictor.Trials, dict[str, dict[str, float]]]]) -> list[dict[str, Any]]:
+def cells(runs: list[tuple[Trials, dict[str, dict[str, float]]]]) -> list[dict[str, Any]]:
     """One row per predicted grid cell, with its speedup against the fp32 cell of its group. ``runs``:
     each run of the grid with its predictions (each from that run's calibrated links); a cell run more
     than once is scored by its medians (measured and predicted step time, each phase, the steal)."""
@@ -49,7 +51,7 @@ def cells(runs: list[tuple[predictor.Trials, dict[str, dict[str, float]]]]) -> l
             if record["trial_id"] not in predicted:
                 continue
             guess = predicted[record["trial_id"]]
-            cell = (predictor.config_name(s), s["num_workers"], s["bandwidth"], bool(s["overlap"]))
+            cell = (config_name(s), s["num_workers"], s["bandwidth"], bool(s["overlap"]))
             repeats.setdefault(cell, []).append({
                 "measured_s": float(row["step_time_s"]), "predicted_s": guess["predicted_step_time_s"],
                 # per phase, measured / predicted; the phases add up without overlap
@@ -97,25 +99,25 @@ def main(argv: list[str] | None = None) -> None:
                         help="results folders of sweeps/predictor_sharing.yaml: sharing measured in trials")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
-    grids = [(predictor.read_trials(folder), json.loads((folder / "environment.json").read_text())["cpu_count"])
+    grids = [(read_trials(folder), json.loads((folder / "environment.json").read_text())["cpu_count"])
              for folder in args.grid]
-    inputs = [t for folder in args.inputs for t in predictor.read_trials(folder)]
+    inputs = [t for folder in args.inputs for t in read_trials(folder)]
 
-    reduce = predictor.reduce_bps()  # one figure for every prediction of this run
+    rate = measure.reduction_rate()  # one figure for every prediction of this run
 
     def scored(**model: Any) -> list[dict[str, Any]]:
-        return cells([(grid, predictor.trial_predictions(grid, inputs, reduce=reduce, **model)) for grid, _ in grids])
+        return cells([(grid, trial_predictions(grid, TrialInputs(inputs, rate, **model))) for grid, _ in grids])
 
-    runs = {"shared cores": cells([(grid, predictor.trial_predictions(grid, inputs, cpu_count=cpu_count, reduce=reduce))
+    runs = {"shared cores": cells([(grid, trial_predictions(grid, TrialInputs(inputs, rate, cpu_count=cpu_count)))
                                    for grid, cpu_count in grids]),
             "own cores": scored()}
     if args.contention:
-        scales = measured_scales(json.loads(args.contention.read_text()), predictor.configurations(inputs)[0])
+        scales = measured_scales(json.loads(args.contention.read_text()), configurations(inputs)[0])
         runs["measured sharing"] = scored(scales=scales)
     sharing_figures = None
     if args.sharing:
-        scales, latency, busy = sharing_inputs([t for folder in args.sharing for t in predictor.read_trials(folder)],
-                                               inputs, reduce)
+        measured = sharing_inputs([t for folder in args.sharing for t in read_trials(folder)], inputs, rate)
+        scales, latency, busy = measured.scales, measured.latency, measured.busy
         sharing_figures = {"latency_s": [{"key": list(key), "num_workers": k, "latency_s": a}
                                          for (key, k), a in latency.items()],
                            "scales": [{"key": list(key), "num_workers": k, **vars(scale)}

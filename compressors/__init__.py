@@ -16,12 +16,12 @@ payloads (flat uint8 tensors) out. By role:
 from . import codecs  # noqa: F401  (registers every codec)
 from . import ddp
 from .core import registry
-from .core.base import IMPLS, Compressor, get
+from .core.base import Compressor, get
 from .comm.feedback import ErrorFeedback
 from .comm.reducer import Reducer
 from .core.registry import (
-    ALGORITHMS, COMPRESSORS, INTER_ALGORITHMS, INTRA_DTYPES, algorithms, check_params, default_algorithm, has_cuda, has_numba, owns_momentum,
-    params_of,
+    ALGORITHMS, COMPRESSORS, IMPLS, INTER_ALGORITHMS, INTRA_DTYPES, algorithms, check_params, default_algorithm,
+    has_cuda, has_numba, hook_only, impls, owns_momentum, params_of, plain_ddp, runs_on,
 )
 from .comm.stats import StepStats
 from .core.wire import PayloadError
@@ -33,6 +33,7 @@ names = registry.names
 # The codecs that send a plain cast, so they can travel through a native all_reduce.
 CASTS: tuple[str, ...] = registry.casts()
 
-__all__ = ["ALGORITHMS", "INTER_ALGORITHMS", "INTRA_DTYPES", "CASTS", "COMPRESSORS", "IMPLS", "NAMES", "Compressor", "ErrorFeedback", "PayloadError",
-           "Reducer", "StepStats", "algorithms", "check_params", "ddp", "default_algorithm", "get", "has_cuda", "has_numba",
-           "names", "owns_momentum", "params_of"]
+__all__ = ["ALGORITHMS", "INTER_ALGORITHMS", "INTRA_DTYPES", "CASTS", "COMPRESSORS", "IMPLS", "NAMES", "Compressor",
+           "ErrorFeedback", "PayloadError", "Reducer", "StepStats", "algorithms", "check_params", "ddp",
+           "default_algorithm", "get", "has_cuda", "has_numba", "hook_only", "impls", "names", "owns_momentum",
+           "params_of", "plain_ddp", "runs_on"]

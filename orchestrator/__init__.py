@@ -8,6 +8,7 @@ By subsystem, as the CLI (``cli``, ``lowprec``) names them:
 - ``cluster``: the emulated cluster (network namespaces, shaped links);
 - ``predict``: the performance model behind ``lowprec predict`` / ``advise``.
 
-Only the runner (``study.runner``) and ``study.gauges`` use Ray, and import it
-inside functions, so everything else works where Ray is not installed.
+Only the modules that run trials on Ray use it (``study.ray_session``, ``study.recorder``,
+``study.trial``, ``study.gauges``), and they are imported inside the functions that need them, so
+everything else works where Ray is not installed.
 """

@@ -7,26 +7,24 @@
                                    as under `ray job submit`); RESULTS: the sweep's results
                                    folder, default results/<sweep name>
     export RESULTS                 rebuild tables and plots from the per-trial records
-    predict RESULTS --bandwidth RATE --num_workers N [--latency 5us] [--overlap true|false]
-                    [--compute_scale X] [--workers_per_host G] [--intra_bandwidth 2400gbit]
+    predict RESULTS --bandwidth RATE --num_workers N [OPTION ...]
                                    each configuration's step time, speedups and quality change
                                    (accuracy in points, or a loss study's test loss in nats)
                                    on another cluster, from the folder's one-worker trials
-                                   (performance model: orchestrator.predict.perfmodel); with G
-                                   workers per host, each sra configuration hierarchical too;
-                                   caches what it measures here in RESULTS/predict_cache/, writes
-                                   RESULTS/predictions/<bandwidth>_<N>w_<latency>_overlap-<true|false>_x<X>.csv
-                                   (<N/G>x<G>w_<intra>-intra for <N>w where G > 1)
-    advise RESULTS ... (as predict) [--max_accuracy_loss 0.5 | --max_loss_increase 0.05]
+                                   (performance model: orchestrator.predict.perfmodel); caches
+                                   what it measures here in RESULTS/predict_cache/, writes
+                                   RESULTS/predictions/<a name of its options>.csv
+    advise RESULTS ... (as predict) [--max_accuracy_loss POINTS | --max_loss_increase NATS]
                                    the configuration that pays most there among those that reached
                                    the target within that many points of fp32's accuracy (a loss
                                    study: nats of fp32's test loss), and why,
                                    or none; what it left out and why; writes the file predict writes
+                                   (their options: orchestrator.predict.options, cli_predict)
     cluster up --hosts N --bandwidth RATE [--workers_per_host G] [--prefix P] [--subnet S] [--no_ray]
                                    an emulated cluster on this machine (root): N network
                                    namespaces with links shaped to RATE (100mbit, 1gbit),
                                    calibrated, one Ray node each with G worker slots
-                                   (orchestrator.cluster.emulation)
+                                   (orchestrator.cluster.emulation; cli_cluster)
     cluster shape RATE [--calibrate]   re-shape every link while Ray runs
     cluster exec [--prefix P] I CMD...
                                    run CMD in emulated host I (0: where drivers run)
@@ -46,8 +44,6 @@ preflight's findings included) or usage.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import math
 import os
 import signal
 import subprocess
@@ -55,10 +51,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import cli_cluster, cli_predict
 from .study import predictor_inputs
 from .study.sweep_file import SweepFileError, Sweep, load_sweep
 
 _DRIVER_GRACE_S = 60.0  # an interrupted driver's time to write its records and tables
+# What --help says above the commands, as a terminal shows it.
+_DESCRIPTION = ("Does low-precision gradient communication pay off on your cluster? Run sweeps of compressors, "
+                "rebuild their tables, predict another cluster, emulate one on this machine (python -m "
+                "orchestrator is the same command).")
 
 
 def format_trials(trials: list[dict[str, Any]]) -> str:
@@ -71,16 +72,24 @@ def format_trials(trials: list[dict[str, Any]]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lowprec", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="lowprec", description=_DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", help="check a sweep file and list its trials (no Ray)")
     validate.add_argument("sweep", type=Path)
-    run = commands.add_parser("run", help="run a sweep on Ray")
+    _add_run(commands.add_parser("run", help="run a sweep on Ray"))
+    export = commands.add_parser("export", help="rebuild tables and plots of a results folder")
+    export.add_argument("results", type=Path)
+    cli_predict.add_parsers(commands.add_parser)
+    cli_cluster.add_parser(commands.add_parser)
+    return parser
+
+
+def _add_run(run: argparse.ArgumentParser) -> None:
     run.add_argument("sweep", type=Path)
     run.add_argument("--address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
     run.add_argument("--results", type=Path, default=None,
                      help="the sweep's results folder (default: results/<sweep name>, or the results folder whose "
-                          "copy of the sweep file this is); under `ray job submit` "
+                          "copy of the sweep file this is); under 'ray job submit' "
                           "required, as an absolute path on the node the job's driver runs on")
     run.add_argument("--resume", action="store_true", help="run only the trials without a record")
     run.add_argument("--dry_run", action="store_true", help="list the trials, start nothing")
@@ -88,255 +97,16 @@ def _parser() -> argparse.ArgumentParser:
                      help="trials at the same time (default: the sweep's max_concurrent_trials)")
     # The driver that `run` starts inside an emulated host: the preflight ran before the cluster came up.
     run.add_argument("--preflight_done", action="store_true", help=argparse.SUPPRESS)
-    export = commands.add_parser("export", help="rebuild tables and plots of a results folder")
-    export.add_argument("results", type=Path)
-    for command, text in (("predict", "predict each configuration's step time on another cluster"),
-                          ("advise", "name the configuration that pays most on another cluster")):
-        sub = commands.add_parser(command, help=text)
-        sub.add_argument("results", type=Path)
-        sub.add_argument("--bandwidth", required=True,
-                         help="each worker's link to the other hosts, each way, e.g. 25gbit, 100mbit")
-        sub.add_argument("--num_workers", type=int, required=True)
-        sub.add_argument("--workers_per_host", type=int, default=1, metavar="G",
-                         help="workers on each host, joined by --intra_bandwidth; it divides --num_workers "
-                              "(default 1: a host per worker). Above 1, each sra configuration is predicted with "
-                              "the hierarchical algorithm too")
-        sub.add_argument("--intra_bandwidth", default="2400gbit", metavar="RATE",
-                         help="the link between the workers of a host, each way, latency 0 (default 2400gbit: "
-                              "an A100 node's NVLink, 300 GB/s); used where --workers_per_host is above 1")
-        sub.add_argument("--latency", default="5us", help="per message, e.g. 5us, 0.2ms (default 5us)")
-        sub.add_argument("--overlap", default="true", choices=("true", "false"),
-                         help="communication beside backward, as DDP does (default true)")
-        sub.add_argument("--compute_scale", type=float, default=1.0,
-                         help="the target's compute, encode and decode time against the machine that ran "
-                              "the one-worker trials (2: half as fast; default 1)")
-        if command == "advise":  # the limit in the unit of what the study is judged by (its target's metric)
-            sub.add_argument("--max_accuracy_loss", type=float, metavar="POINTS",
-                             help="a study judged by accuracy (its target is on test_accuracy): recommend only "
-                                  "configurations that reached the target with an accuracy at most this many "
-                                  "percentage points below fp32's (default 0.5)")
-            sub.add_argument("--max_loss_increase", type=float, metavar="NATS",
-                             help="a study judged by its test loss (its target is on test_loss or test_perplexity): "
-                                  "recommend only configurations that reached the target with a final test loss at "
-                                  "most this many nats above fp32's (default 0.05: a perplexity at most exp(0.05) = "
-                                  "1.05 times fp32's, about what 0.5 points are to an accuracy)")
-    cluster = commands.add_parser("cluster", help="an emulated cluster on this machine (root)")
-    actions = cluster.add_subparsers(dest="action", required=True)
-    from .cluster.emulation import DEFAULT_PREFIX, DEFAULT_SUBNET, MAX_WORKERS_PER_HOST
-
-    def with_prefix(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        sub.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"names the namespaces (default {DEFAULT_PREFIX})")
-        return sub
-
-    up = with_prefix(actions.add_parser("up", help="make the hosts, shape and calibrate the links, start Ray"))
-    up.add_argument("--hosts", type=int, required=True, help="emulated hosts (network namespaces), 2 to 64")
-    up.add_argument("--bandwidth", required=True, help="each link's rate each way, as tc writes it, from 8kbit to "
-                                                        "100gbit: 100mbit, 1gbit")
-    up.add_argument("--workers_per_host", type=int, default=1, metavar="G",
-                    help=f"workers of a trial one host may hold, 1 to {MAX_WORKERS_PER_HOST} (default 1)")
-    up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"first three octets in 198.18.0.0/15 "
-                                                             f"(default {DEFAULT_SUBNET})")
-    up.add_argument("--no_ray", action="store_true", help="the network only")
-    shape = with_prefix(actions.add_parser("shape", help="re-shape every link (Ray keeps running)"))
-    shape.add_argument("bandwidth", metavar="RATE")
-    shape.add_argument("--calibrate", action="store_true", help="measure the new rate (a few seconds)")
-    run_in = with_prefix(actions.add_parser(
-        "exec", help="run a command in emulated host I", usage="lowprec cluster exec [--prefix P] I CMD [ARG ...]",
-        description="exec's options go before I; everything from CMD on is CMD's (a --prefix there is refused)"))
-    run_in.add_argument("host", type=int, metavar="I")
-    run_in.add_argument("argv", nargs=argparse.REMAINDER, metavar="CMD")
-    with_prefix(actions.add_parser("status", help="hosts, links, calibrations, processes"))
-    with_prefix(actions.add_parser("down", help="end every process of the cluster by PID, remove its namespaces"))
-    return parser
-
-
-def _cluster(args: argparse.Namespace) -> int:
-    """The cluster verbs: bad input exits 2 before anything changes, a failure while acting exits 1."""
-    from .cluster import emulation, netns
-    from .study.settings import EMULATE
-
-    def usage(message: str) -> int:
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-
-    if args.action == "exec":
-        if not args.argv:
-            return usage("cluster exec needs a command: lowprec cluster exec [--prefix P] I CMD [ARG ...]")
-        # Everything from CMD on is CMD's: a --prefix there was meant for exec as often as for CMD.
-        if any(arg == "--prefix" or arg.startswith("--prefix=") for arg in args.argv):
-            return usage("--prefix after the host number is refused: exec's options go before it "
-                         "(lowprec cluster exec --prefix P I CMD ...); to give CMD a --prefix of its own, run it "
-                         "through a shell (lowprec cluster exec I sh -c 'CMD --prefix ...')")
-    problems = [("--prefix", args.prefix, netns.prefix_problem(args.prefix))]
-    if args.action == "up":
-        emulate = {param.name: param for param in EMULATE}  # as a sweep's cluster.emulate
-        problems += [("--hosts", args.hosts, emulate["hosts"].problem(args.hosts)),
-                     ("--workers_per_host", args.workers_per_host,
-                      emulate["workers_per_host"].problem(args.workers_per_host)),
-                     ("--bandwidth", args.bandwidth, emulation.BANDWIDTH.problem(args.bandwidth)),
-                     ("--subnet", args.subnet, netns.subnet_problem(args.subnet))]
-    if args.action == "shape":
-        problems.append(("RATE", args.bandwidth, emulation.BANDWIDTH.problem(args.bandwidth)))
-    for flag, value, problem in problems:
-        if problem:
-            return usage(f"{flag} {problem}, got {value!r}")
-    try:
-        if args.action == "up":
-            cluster = emulation.up(args.hosts, args.bandwidth, workers_per_host=args.workers_per_host,
-                                   prefix=args.prefix, subnet=args.subnet, ray=not args.no_ray)
-            if cluster.ray:
-                print(f"driver: lowprec run SWEEP --address {cluster.address}   (or: lowprec cluster exec 0 CMD)")
-            return 0
-        if args.action == "down":
-            if emulation.down(args.prefix) is None:
-                print(f"no emulated cluster with prefix {args.prefix!r}: nothing to bring down")
-            return 0
-        cluster = emulation.load(args.prefix)
-        if args.action == "status":
-            print(emulation.status(args.prefix))
-            return 0 if cluster else 1
-        if cluster is None:
-            print(f"error: no emulated cluster with prefix {args.prefix!r}: `lowprec cluster up --prefix "
-                  f"{args.prefix}` first", file=sys.stderr)
-            return 1
-        if args.action == "shape":
-            found = cluster.shape(args.bandwidth, recalibrate=args.calibrate, log=print)
-            print(f"links: {cluster.bandwidth} each way" + (f"; calibrated {emulation.rate_text(found['measured_bps'])}"
-                                                           if found and args.calibrate else ""))
-            return 0
-        if not 0 <= args.host < cluster.hosts:
-            return usage(f"I must be a host of the cluster {args.prefix!r}, in [0, {cluster.hosts - 1}], "
-                         f"got {args.host}")
-        return subprocess.call(cluster.command(args.host, args.argv))
-    except (RuntimeError, OSError, ValueError) as error:  # NetworkError, a failed calibration, a state file
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 1
-
-
-def _predict(args: argparse.Namespace) -> int:
-    from compressors.core.params import rate_bps
-
-    from .predict import predictor
-    from .study.settings import param
-
-    problem = dataclasses.replace(param("bandwidth"), nullable=False).problem(args.bandwidth)  # a rate, not null
-    if problem:
-        print(f"error: --bandwidth {problem}, got {args.bandwidth!r}", file=sys.stderr)
-        return 2
-    if not 1 <= args.num_workers <= predictor.MAX_WORKERS:
-        print(f"error: --num_workers must be in [1, {predictor.MAX_WORKERS}], got {args.num_workers}", file=sys.stderr)
-        return 2
-    try:
-        intra = rate_bps(args.intra_bandwidth)
-    except ValueError:
-        intra = math.nan
-    low, high = predictor.INTRA_RATE_RANGE_BPS
-    if not low <= intra <= high:
-        print(f"error: --intra_bandwidth must be a rate from {low / 1e3:g}kbit to {high / 1e9:g}gbit, like 2400gbit, "
-              f"got {args.intra_bandwidth!r}", file=sys.stderr)
-        return 2
-    if not (math.isfinite(args.compute_scale) and args.compute_scale > 0):
-        print(f"error: --compute_scale must be a number in (0, inf), got {args.compute_scale}", file=sys.stderr)
-        return 2
-    try:
-        latency = predictor.latency_s(args.latency)
-    except ValueError as error:
-        print(f"error: --{error}", file=sys.stderr)
-        return 2
-    try:  # the hosts hold G workers each
-        predictor.cluster(args.num_workers, args.workers_per_host, rate_bps(args.bandwidth), latency, intra)
-    except ValueError as error:
-        print(f"error: --{error}", file=sys.stderr)
-        return 2
-    if not (args.results / "trials.csv").is_file():
-        what = "is not a folder" if args.results.exists() and not args.results.is_dir() else "has no trials.csv"
-        print(f"error: {args.results} {what} (a results folder of `lowprec run`)", file=sys.stderr)
-        return 2
-    from .study.records import read_records
-
-    # what the study is judged by, from its targets (predict warns of a record that cannot be read)
-    judged = predictor.judged_by(read_records(args.results, warn=lambda _: None))
-    max_loss = 0.0
-    if args.command == "advise":  # its limit: the flag of the study's unit, no other
-        own, default = predictor.LIMIT_FLAGS[judged.delta]
-        wrong = [flag for flag, _ in predictor.LIMIT_FLAGS.values() if flag != own and getattr(args, flag) is not None]
-        if wrong:
-            print(f"error: --{wrong[0]} does not fit {args.results}, a study judged by its {judged.name} (a "
-                  f"{judged.metric} target): give --{own} {judged.unit.upper()} (default {default:g})",
-                  file=sys.stderr)
-            return 2
-        max_loss = default if getattr(args, own) is None else getattr(args, own)
-        if not (math.isfinite(max_loss) and max_loss >= 0):
-            print(f"error: --{own} must be a number of {judged.unit} in [0, inf), got {max_loss}", file=sys.stderr)
-            return 2
-    overlap = args.overlap == "true"
-    path = predictor.predictions_path(args.results, args.bandwidth, args.num_workers, args.latency, overlap,
-                                      args.compute_scale, args.workers_per_host, args.intra_bandwidth)
-    try:  # before the work: a table that cannot be saved is not worth computing
-        predictor.check_writable(path)
-    except OSError as error:
-        print(f"error: the predictions cannot be saved in {path}: {error.strerror or error}", file=sys.stderr)
-        return 2
-    try:
-        table, notes = predictor.predict(args.results, rate_bps(args.bandwidth), args.num_workers, latency,
-                                         overlap=overlap, compute_scale=args.compute_scale,
-                                         workers_per_host=args.workers_per_host, intra_bandwidth_bps=intra)
-    except (OSError, ValueError) as error:  # OSError: the model's data could not be read here
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    hosts = "" if args.workers_per_host == 1 else (f" ({args.num_workers // args.workers_per_host} hosts x "
-                                                    f"{args.workers_per_host}, {args.intra_bandwidth} inside one)")
-    print(f"{args.num_workers} workers{hosts}, {args.bandwidth} links, {args.latency} latency, overlap {args.overlap}, "
-          f"compute x{args.compute_scale:g} (orchestrator.predict.perfmodel)")
-    shown = table[["configuration", "predicted_step_time_s", "comm_s", "speedup_vs_fp32", "speedup_vs_16bit",
-                   "tta_speedup_vs_fp32", predictor.delta_column(judged), "reached_target", "break_even_bps"]]
-    print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    for note in notes:
-        print(note)
-    if args.command == "advise":
-        print(predictor.advice(table, max_loss, judged))
-    try:
-        predictor.write_atomic(path, table.to_csv(index=False))
-    except OSError as error:
-        print(f"error: could not save the predictions in {path}: {error.strerror or error}", file=sys.stderr)
-        return 1
-    print(f"saved {path}")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "cluster":
-        return _cluster(args)
-    if args.command in ("predict", "advise"):
-        return _predict(args)
+        return cli_cluster.run(args)
+    if args.command in cli_predict.COMMANDS:
+        return cli_predict.run(args)
     if args.command == "export":
-        import shlex
-
-        from .results.export import export
-        from .study.records import UNWRITABLE, folder_problem
-
-        if not (args.results / "trials").is_dir():
-            print(f"error: {args.results} has no trials/ folder of trial records", file=sys.stderr)
-            return 2
-        problem = folder_problem(args.results)
-        if problem:
-            print(f"error: {problem}", file=sys.stderr)
-            return 2
-        try:
-            written = export(args.results)
-        except OSError as error:
-            where = f" ({error.filename})" if error.filename else ""
-            print(f"error: could not write the tables of {args.results}: {error.strerror or error}{where}; the "
-                  f"trial records are safe in {args.results / 'trials'}: fix the cause, then run "
-                  f"`lowprec export {shlex.quote(str(args.results))}` again", file=sys.stderr)
-            return 2 if error.errno in UNWRITABLE else 1
-        for path in written.values():
-            print(path)
-        return 0
+        return _export(args.results)
     if getattr(args, "max_concurrent_trials", None) is not None and args.max_concurrent_trials < 1:
         print("error: --max_concurrent_trials must be >= 1", file=sys.stderr)
         return 2
@@ -350,56 +120,97 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.command == "validate" or args.dry_run:
-        print(f"{sweep.name}: {len(sweep.trials)} trials from {sweep.path}")
-        print(format_trials(sweep.trials))
-        measuring = predictor_inputs.predictor_input_trials(sweep.trials) if sweep.predictor_inputs else []
-        if measuring:
-            print(f"then, on an emulated cluster, {len(measuring)} predictor inputs for the step-time predictions "
-                  f"(those at {predictor_inputs.SHARING_BANDWIDTH} where its links carry that and trials run one at "
-                  "a time):")
-            print(format_trials(measuring))
-        return 0
-    problem = _job_results_problem(args.results, sweep.name)
+        return _list(sweep)
+    return _run(args, sweep)
+
+
+def _export(results: Path) -> int:
+    """``export``: rebuild the tables and plots of ``results``; its exit status."""
+    import shlex
+
+    from .results.export import export
+    from .study.records import UNWRITABLE, folder_problem
+
+    if not (results / "trials").is_dir():
+        print(f"error: {results} has no trials/ folder of trial records", file=sys.stderr)
+        return 2
+    problem = folder_problem(results)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    try:
+        written = export(results)
+    except OSError as error:
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"error: could not write the tables of {results}: {error.strerror or error}{where}; the "
+              f"trial records are safe in {results / 'trials'}: fix the cause, then run "
+              f"`lowprec export {shlex.quote(str(results))}` again", file=sys.stderr)
+        return 2 if error.errno in UNWRITABLE else 1
+    for path in written.values():
+        print(path)
+    return 0
 
+
+def _list(sweep: Sweep) -> int:
+    """``validate`` and ``run --dry_run``: the sweep's trials, then the predictor inputs it would run."""
+    print(f"{sweep.name}: {len(sweep.trials)} trials from {sweep.path}")
+    print(format_trials(sweep.trials))
+    measuring = predictor_inputs.predictor_input_trials(sweep.trials) if sweep.predictor_inputs else []
+    if measuring:
+        print(f"then, on an emulated cluster, {len(measuring)} predictor inputs for the step-time predictions "
+              f"(those at {predictor_inputs.SHARING_BANDWIDTH} where its links carry that and trials run one at "
+              "a time):")
+        print(format_trials(measuring))
+    return 0
+
+
+def _run(args: argparse.Namespace, sweep: Sweep) -> int:
+    """``run``: the sweep here, on the cluster at ``--address``, or on an emulated cluster (its own, or the one
+    this process runs in); its exit status."""
     from .cluster import emulation
     from .cluster.netns import NetworkError
-    from .study.records import UNWRITABLE, folder_problem, in_use
+    from .study.records import folder_problem, in_use
 
     results = (args.results or _default_results(sweep)).resolve()
-    problem = in_use(results) or folder_problem(results, sweep.name)  # before an emulated cluster comes up for it
+    # before an emulated cluster comes up for it
+    problem = _job_results_problem(args.results, sweep.name) or in_use(results) or folder_problem(results, sweep.name)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     inside = emulation.current()
-    if inside is None:
-        address = args.address or os.environ.get("RAY_ADDRESS")
-        if sweep.cluster["emulate"]:
-            if args.address:
-                print("error: the sweep brings up its own emulated cluster (cluster.emulate); drop --address, or "
-                      "drop cluster.emulate to run on the cluster at that address", file=sys.stderr)
-                return 2
-            try:
-                return _run_emulated(args, sweep, results)
-            except NetworkError as error:
-                print(f"error: {error}", file=sys.stderr)
-                return 1
-        cluster = emulation.find(address) if address else None
-        if cluster is not None:  # its Ray is reachable from its hosts only
-            return _driver_in(cluster, args, results)
-        if any(trial["bandwidth"] is not None for trial in sweep.trials):
-            print("error: bandwidth shapes the links of an emulated cluster: add cluster: {emulate: {hosts: N}} to "
-                  "the sweep, or run it with --address of a cluster from `lowprec cluster up`", file=sys.stderr)
-            return 2
-    else:
+    if inside is not None:
         problem = _emulation_problem(sweep, inside, args.max_concurrent_trials)
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2
+        return _run_here(args, sweep, results, inside)
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    if sweep.cluster["emulate"]:
+        if args.address:
+            print("error: the sweep brings up its own emulated cluster (cluster.emulate); drop --address, or "
+                  "drop cluster.emulate to run on the cluster at that address", file=sys.stderr)
+            return 2
+        try:
+            return _run_emulated(args, sweep, results)
+        except NetworkError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+    cluster = emulation.find(address) if address else None
+    if cluster is not None:  # its Ray is reachable from its hosts only
+        return _driver_in(cluster, args, results)
+    if any(trial["bandwidth"] is not None for trial in sweep.trials):
+        print("error: bandwidth shapes the links of an emulated cluster: add cluster: {emulate: {hosts: N}} to "
+              "the sweep, or run it with --address of a cluster from `lowprec cluster up`", file=sys.stderr)
+        return 2
+    return _run_here(args, sweep, results, None)
 
-    from .study.runner import RayUnreachable, ResultsExist, import_in_background, resume_command, run_sweep
+
+def _run_here(args: argparse.Namespace, sweep: Sweep, results: Path, inside: Any) -> int:
+    """Run the sweep from this process (the driver), inside the emulated cluster ``inside`` or not; 0 where a
+    trial of it finished ok."""
+    from .study.ray_session import RayUnreachable, import_in_background
+    from .study.records import UNWRITABLE
+    from .study.runner import ResultsExist, resume_command, run_sweep
 
     # The tables' modules (pandas: most of a second) load while Ray starts, not before.
     import_in_background(f"{__package__}.results.export")

@@ -10,6 +10,11 @@ from ..core.base import Compressor, numel
 class _Cast(Compressor):
     """The tensor cast to ``cast_dtype``: ``n * itemsize`` body bytes."""
 
+    # Where methods are compared a cast is a baseline, averaged as DDP averages it (its native all_reduce) or
+    # hierarchically. Over allgather and sra it is the same cast sent through our compressed collectives
+    # (their exact test case), not a method of its own: a study's baselines are told apart by name alone.
+    algorithm_choices = ("allreduce", "hierarchical")
+
     def _body_nbytes(self, shape):
         return numel(shape) * self.cast_dtype.itemsize
 

@@ -13,8 +13,9 @@ import torch.distributed as dist
 
 from . import collectives, pipeline
 from .feedback import ErrorFeedback, MomentumCorrection
+from .options import check_options, checkpoint, checkpoint_step, topology_of
+from ..core import registry
 from ..core.base import get
-from ..core.registry import INTER_ALGORITHMS, INTRA_DTYPES, algorithms, default_algorithm
 from .stats import StepLedger, StepStats
 from .topology import Topology, build_hierarchy, discover
 
@@ -65,41 +66,31 @@ class Reducer:
                  momentum: float | None = None, **params: Any) -> None:
         self.compressor = compressor
         self.codec = get(compressor, impl=impl, **params)  # unknown names and bad parameters raise here
-        # Kernels compile (or load from their cache) now, not in a timed step; with impl auto, CUDA
-        # tensors' kernels load at their first step (where the tensors live is not known here).
-        self.codec.warm_up("cuda" if impl == "cuda" else "cpu")
+        # Kernels compile (or load from their cache) now, not in a timed step: on the device of the impl's
+        # kernels. With impl auto, CUDA tensors' kernels load at their first step (where the tensors live is
+        # not known here).
+        self.codec.warm_up(registry.IMPL_DEVICES[impl] or "cpu")
         self.params = self.codec.config  # every parameter, defaults filled
-        algorithm = algorithm or default_algorithm(compressor)
-        valid = algorithms(compressor)
-        if algorithm not in valid:
-            raise ValueError(f"algorithm {algorithm!r} is invalid for {compressor!r}; valid: {list(valid)}")
-        if min_compress_numel < 0:
-            raise ValueError(f"min_compress_numel={min_compress_numel!r} is invalid; valid: an int >= 0")
-        if intra not in INTRA_DTYPES or inter not in INTER_ALGORITHMS:
-            raise ValueError(f"intra must be one of {list(INTRA_DTYPES)} and inter one of {list(INTER_ALGORITHMS)}, "
-                             f"got {intra!r}, {inter!r}")
-        self.algorithm = algorithm
+        options = check_options(compressor, algorithm, min_compress_numel=min_compress_numel, impl=impl,
+                                intra=intra, inter=inter, momentum=momentum)
+        self.algorithm = algorithm = options.algorithm
         self.min_compress_numel = min_compress_numel
         self.group = group
         self.overlap = overlap
         # Phase 2 (sra's all_gather) gets a group of its own when it is started from callbacks.
         self._groups = (group, phase_group(group) if overlap else group)
         self._pipeline = pipeline.Pipeline() if overlap else None
+        # What DDP does with no hook has nothing to compress: every tensor joins the one fused fp32 all_reduce.
+        self._fused = registry.plain_ddp(compressor, algorithm)
         if error_feedback is None:
             error_feedback = self.codec.needs_error_feedback
         rank, world = collectives.world_of(group)
-        if self.codec.owns_momentum:
-            momentum = 0.9 if momentum is None else momentum
-            if isinstance(momentum, bool) or not (isinstance(momentum, (int, float)) and 0 <= momentum <= 1):
-                raise ValueError(f"momentum={momentum!r} is invalid; valid: a float in [0, 1]")
+        if options.momentum is not None:
             if not error_feedback:
                 raise ValueError(f"{compressor} keeps the momentum in its memory: error_feedback cannot be off")
             # Local clipping (the paper's): N independent gradients clipped to clip_norm / sqrt(N) sum to a
             # norm of about clip_norm.
-            self.ef = MomentumCorrection(float(momentum), self.params["clip_norm"] / math.sqrt(world))
-        elif momentum is not None:
-            raise ValueError(f"momentum is for a method that keeps it in its memory (dgc), not {compressor!r}: "
-                             "give it to the optimizer")
+            self.ef = MomentumCorrection(options.momentum, self.params["clip_norm"] / math.sqrt(world))
         else:
             self.ef = ErrorFeedback() if error_feedback else None
         hierarchical = algorithm == "hierarchical"
@@ -107,9 +98,7 @@ class Reducer:
             algorithm == "sra" or hierarchical and inter == "sra") else None
         if hierarchical and topology is None:
             topology = discover(group)
-        self.topology = topology if topology is not None else Topology.flat(world)
-        if self.topology.world != world:
-            raise ValueError(f"the topology names {self.topology.world} ranks; the group has {world}")
+        self.topology = topology_of(topology, world)
         self._hierarchy = build_hierarchy(self.topology, group, 2 if overlap else 1) if hierarchical else None
         self._intra_dtype, self._inter = _DTYPES[intra], inter
         # The share of a flat collective's bytes that crosses hosts: a ring's to the next rank, the
@@ -169,10 +158,8 @@ class Reducer:
     def _programs(self, tensors: list[torch.Tensor], keys: list[Hashable]) -> list[pipeline.Program]:
         if len(keys) != len(tensors):
             raise ValueError(f"{len(tensors)} tensors but {len(keys)} keys")
-        # fp32 over allreduce has nothing to compress: every tensor joins the one fused fp32 all_reduce.
-        fused = self.codec.cast_dtype == torch.float32 and self.algorithm == "allreduce"
-        small = [(k, t) for k, t in zip(keys, tensors) if fused or t.numel() < self.min_compress_numel]
-        large = [(k, t) for k, t in zip(keys, tensors) if not fused and t.numel() >= self.min_compress_numel]
+        small = [(k, t) for k, t in zip(keys, tensors) if self._fused or t.numel() < self.min_compress_numel]
+        large = [(k, t) for k, t in zip(keys, tensors) if not self._fused and t.numel() >= self.min_compress_numel]
         if self.ef is not None:
             for k, t in small:
                 self.ef.uncompressed(k, t)  # DGC's memory sends it as its velocity
@@ -210,8 +197,7 @@ class Reducer:
 
     def state_dict(self) -> dict[str, Any]:
         """Residuals (worker and server side) and the step counter, on the CPU."""
-        state: dict[str, Any] = {"compressor": self.compressor, "algorithm": self.algorithm,
-                                 "step": self._ledger.step}
+        state = checkpoint(self.compressor, self.algorithm, self._ledger.step)
         if self.ef is not None:
             state["ef"] = self.ef.state_dict()
         if self.server_ef is not None:
@@ -219,10 +205,7 @@ class Reducer:
         return state
 
     def load_state_dict(self, state: dict[str, Any], device: torch.device | str = "cpu") -> None:
-        if (state["compressor"], state["algorithm"]) != (self.compressor, self.algorithm):
-            raise ValueError(f"state of {state['compressor']}/{state['algorithm']} cannot be loaded into "
-                             f"{self.compressor}/{self.algorithm}")
-        self._ledger.step = state["step"]
+        self._ledger.step = checkpoint_step(state, self.compressor, self.algorithm)
         if self.ef is not None:
             self.ef.load_state_dict(state["ef"], device)
         if self.server_ef is not None:

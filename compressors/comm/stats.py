@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 def span_union(spans: list[tuple[float, float]]) -> float:
@@ -33,13 +33,11 @@ class StepStats:
     comm_spans: list[tuple[float, float]] = field(default_factory=list, repr=False, compare=False)
 
     def __iadd__(self, other: StepStats) -> StepStats:
-        self.bytes_sent += other.bytes_sent
-        self.bytes_inter += other.bytes_inter
-        self.encode_s += other.encode_s
-        self.comm_s += other.comm_s
-        self.decode_s += other.decode_s
-        self.numel += other.numel
-        self.comm_spans.extend(other.comm_spans)
+        """Add ``other`` field by field: a new field is summed without being listed here."""
+        for f in fields(self):
+            total = getattr(self, f.name)
+            total += getattr(other, f.name)  # a list (comm_spans) extends in place
+            setattr(self, f.name, total)
         return self
 
 

@@ -24,9 +24,6 @@ from . import registry, wire
 from .params import SEED, Param, resolve
 
 
-IMPLS = ("auto", "reference", "numba", "cuda")
-
-
 def get(name: str, **params: Any) -> Compressor:
     """A configured codec; ValueError names valid choices or ranges. ``impl="auto" | "reference" |
     "numba" | "cuda"`` picks its implementation (see ``Compressor``)."""
@@ -80,6 +77,9 @@ class Compressor(ABC):
     cuda_program: ClassVar[str | None] = None
     # The algorithms it averages with where not every one suits it (None: ``registry.algorithms``'s rule).
     algorithms: ClassVar[tuple[str, ...] | None] = None
+    # The algorithms it is offered over where methods are compared, where that is fewer than it runs (None:
+    # every one; ``registry.algorithm_choices``).
+    algorithm_choices: ClassVar[tuple[str, ...] | None] = None
     # Its memory keeps the velocity (DGC's momentum correction): the optimizer's momentum must be 0.
     owns_momentum: ClassVar[bool] = False
 
@@ -95,14 +95,11 @@ class Compressor(ABC):
             raise ValueError(f"{self.name}: {problem}")
         for key, value in self.config.items():
             setattr(self, key, value)
-        if impl not in IMPLS:
-            raise ValueError(f"{self.name}: impl must be one of {', '.join(IMPLS)}, got {impl!r}")
-        if impl == "numba" and not self.has_numba:
-            raise ValueError(f"{self.name} has no Numba kernels: use impl 'reference' or 'auto'")
+        problem = registry.impl_problem(self.name, impl)
+        if problem:
+            raise ValueError(problem)
         if impl == "numba" and not numba_installed():
             raise ValueError(f"{self.name}: impl 'numba' needs the numba package (pip install numba)")
-        if impl == "cuda" and not self.has_cuda:
-            raise ValueError(f"{self.name} has no CUDA kernels: use impl 'reference' or 'auto'")
         if impl == "cuda" and not cupy_installed():
             raise ValueError(f"{self.name}: impl 'cuda' needs CuPy (pip install 'lowprec[cuda12]' or 'lowprec[cuda13]', "
                              "after your CUDA major version)")
@@ -131,13 +128,14 @@ class Compressor(ABC):
         return self.cuda_program is not None
 
     def uses_numba(self, device: torch.device | str) -> bool:
-        """Whether tensors on ``device`` go through the Numba kernels."""
-        if torch.device(device).type != "cpu":
-            if self.impl == "numba":
-                raise ValueError(f"{self.name}: impl 'numba' runs on CPU tensors, not on {device}")
+        """Whether tensors on ``device`` go through the Numba kernels; ValueError where ``impl`` does not
+        run on ``device`` (``encode`` and ``decode`` ask this for every tensor)."""
+        kind = torch.device(device).type
+        if not registry.runs_on(self.impl, kind):
+            raise ValueError(f"{self.name}: impl '{self.impl}' runs on {registry.IMPL_DEVICES[self.impl].upper()} "
+                             f"tensors, not on {device}")
+        if kind != "cpu":
             return False
-        if self.impl == "cuda":
-            raise ValueError(f"{self.name}: impl 'cuda' runs on CUDA tensors, not on {device}")
         return self.impl == "numba" or (self.impl == "auto" and self.has_numba and numba_installed())
 
     def uses_cuda(self, device: torch.device | str) -> bool:

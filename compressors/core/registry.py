@@ -16,11 +16,22 @@ Two kinds of methods register:
 
 ``import compressors`` imports every module of the package, so the registry
 is complete before any of it is used.
+
+What a method can do is answered here and nowhere else, from what each method
+declares (its class attributes, or its ``register_hook_method`` call): the
+algorithms it averages with and its default (:func:`algorithms`,
+:func:`default_algorithm`, :func:`check_algorithm`), those it is offered over
+where methods are compared (:func:`algorithm_choices`), whether it is hook-only
+(:func:`hook_only`), which implementations it has and where each runs
+(:func:`impls`, :func:`runs_on`, :func:`impl_problem`), and whether it is
+plain DDP over an algorithm (:func:`plain_ddp`).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from .params import SEED, Param, resolve
 
@@ -42,6 +53,14 @@ ALGORITHMS = ("allreduce", "allgather", "sra", "hierarchical")
 # How a hierarchical average moves data inside a host, and across hosts.
 INTRA_DTYPES = ("fp32", "fp16", "bf16")
 INTER_ALGORITHMS = ("sra", "allgather")
+# A codec's implementations: its kernels where it has them (Numba on CPUs, CUDA through CuPy), the torch
+# reference, and auto (the kernels where the tensor's device has them, else the reference).
+IMPLS = ("auto", "reference", "numba", "cuda")
+# The device type each implementation runs on (None: any). The kernels are built for one device;
+# auto picks per tensor and the reference is plain torch.
+IMPL_DEVICES: dict[str, str | None] = {"auto": None, "reference": None, "numba": "cpu", "cuda": "cuda"}
+# What the kernels of each implementation are called in messages.
+KERNELS = {"numba": "Numba", "cuda": "CUDA"}
 
 
 class RegistrationError(TypeError):
@@ -69,6 +88,11 @@ def register(cls: CodecClass) -> CodecClass:
     own = getattr(cls, "algorithms", None)
     if own is not None and (not own or not set(own) <= set(ALGORITHMS)):
         raise RegistrationError(f"{where}: algorithms must name some of {list(ALGORITHMS)}, got {own!r}")
+    valid = _algorithms_of(cls)
+    choices = getattr(cls, "algorithm_choices", None)
+    if choices is not None and (_default_of(valid) not in choices or not set(choices) <= set(valid)):
+        raise RegistrationError(f"{where}: algorithm_choices must name some of {list(valid)}, its default "
+                                f"{_default_of(valid)!r} included, got {choices!r}")
     declared = tuple(cls.params) + (SEED,)
     for param in cls.params:
         if not isinstance(param, Param) or not param.doc:
@@ -166,9 +190,46 @@ def codec_class(name: str) -> CodecClass:
     return COMPRESSORS[name]
 
 
+def hook_only(name: str) -> bool:
+    """Whether ``name`` runs only as a DDP communication hook (no payload codec); False for an unknown name."""
+    return name in HOOK_METHODS
+
+
+def impls(name: str) -> tuple[str, ...]:
+    """The implementations ``name`` has, in ``IMPLS`` order: auto and the reference always, numba and cuda
+    where its class declares the kernels (``has_numba``, ``cuda_program``); a hook-only method has none."""
+    if name in HOOK_METHODS:  # it runs PyTorch's hook: no kernels of ours
+        kernels = {}
+    else:
+        cls = codec_class(name)
+        kernels = {"numba": cls.has_numba, "cuda": cls.cuda_program is not None}
+    # An implementation that runs on any device (auto, the reference) needs no kernels.
+    return tuple(impl for impl in IMPLS if IMPL_DEVICES[impl] is None or kernels.get(impl, False))
+
+
+def runs_on(impl: str, device_type: str) -> bool:
+    """Whether implementation ``impl`` runs on tensors of ``device_type`` ("cpu", "cuda", ...)."""
+    return IMPL_DEVICES[impl] in (None, device_type)
+
+
+def impl_problem(name: str, impl: str) -> str | None:
+    """What is wrong with running ``name`` with ``impl`` (None: nothing; ValueError for an unknown name)."""
+    if impl not in IMPLS:
+        return f"{name}: impl must be one of {', '.join(IMPLS)}, got {impl!r}"
+    if impl not in impls(name):
+        return f"{name} has no {KERNELS[impl]} kernels: use impl 'reference' or 'auto'"
+    return None
+
+
 def has_numba(name: str) -> bool:
-    """Whether ``name`` has Numba CPU kernels (``impl="numba"``); a hook-only method has none."""
-    return name in COMPRESSORS and COMPRESSORS[name].has_numba
+    """Whether ``name`` has Numba CPU kernels (``impl="numba"``); False for a hook-only or unknown name."""
+    return name in COMPRESSORS and "numba" in impls(name)
+
+
+def has_cuda(name: str) -> bool:
+    """Whether ``name`` has CUDA kernels (``impl="cuda"``, ``compressors/cuda``); False for a hook-only or
+    unknown name."""
+    return name in COMPRESSORS and "cuda" in impls(name)
 
 
 def owns_momentum(name: str) -> bool:
@@ -176,24 +237,53 @@ def owns_momentum(name: str) -> bool:
     return name in COMPRESSORS and bool(getattr(COMPRESSORS[name], "owns_momentum", False))
 
 
-def has_cuda(name: str) -> bool:
-    """Whether ``name`` has CUDA kernels (``impl="cuda"``, ``compressors/cuda``); a hook-only method has none."""
-    return name in COMPRESSORS and COMPRESSORS[name].cuda_program is not None
+def _algorithms_of(cls: CodecClass) -> tuple[str, ...]:
+    if getattr(cls, "algorithms", None) is not None:
+        return tuple(cls.algorithms)
+    return ALGORITHMS if cls.cast_dtype is not None else ALGORITHMS[1:]
+
+
+def _default_of(valid: tuple[str, ...]) -> str:
+    return "sra" if "sra" in valid and "allreduce" not in valid else valid[0]
 
 
 def algorithms(name: str) -> tuple[str, ...]:
-    """The algorithms ``name`` can average with: casts all four, other codecs allgather, sra and
-    hierarchical unless the codec names its own, a hook-only method only itself."""
+    """The algorithms ``name`` can average with (the ``Reducer`` and the hooks take each): casts all four,
+    other codecs allgather, sra and hierarchical unless the codec names its own, a hook-only method only
+    itself."""
     if name in HOOK_METHODS:
         return (name,)
-    if name not in COMPRESSORS:
-        raise _unknown(name)
-    if getattr(COMPRESSORS[name], "algorithms", None) is not None:
-        return tuple(COMPRESSORS[name].algorithms)
-    return ALGORITHMS if COMPRESSORS[name].cast_dtype is not None else ALGORITHMS[1:]
+    return _algorithms_of(codec_class(name))
 
 
 def default_algorithm(name: str) -> str:
     """allreduce for the casts, sra for the other codecs, a hook-only method's own name for itself."""
+    return _default_of(algorithms(name))
+
+
+def algorithm_choices(name: str) -> tuple[str, ...]:
+    """The algorithms ``name`` is offered over where methods are compared (a study's algorithm setting):
+    those its class declares (``algorithm_choices``: the casts, the baselines, leave out the compressed
+    collectives), else every one of ``algorithms``; none for a hook-only method, whose one algorithm is
+    itself (nothing to choose)."""
+    if name in HOOK_METHODS:
+        return ()
+    own = getattr(codec_class(name), "algorithm_choices", None)
+    return tuple(own) if own is not None else algorithms(name)
+
+
+def check_algorithm(name: str, algorithm: str | None) -> str:
+    """``algorithm``, or ``name``'s default for None; ValueError naming the valid ones."""
     valid = algorithms(name)
-    return "sra" if "sra" in valid and "allreduce" not in valid else valid[0]
+    if algorithm is None:
+        return default_algorithm(name)
+    if algorithm not in valid:
+        raise ValueError(f"algorithm {algorithm!r} is invalid for {name!r}; valid: {list(valid)}")
+    return algorithm
+
+
+def plain_ddp(name: str, algorithm: str | None = None) -> bool:
+    """Whether averaging ``name`` over ``algorithm`` (None: its default) is what DDP does with no hook: the
+    fp32 gradients in a native all_reduce, nothing to encode. False for an unknown name or algorithm."""
+    cls = COMPRESSORS.get(name)
+    return cls is not None and cls.cast_dtype == torch.float32 and (algorithm or default_algorithm(name)) == "allreduce"

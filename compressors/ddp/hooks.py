@@ -12,7 +12,9 @@ function).  Three kinds:
   see real matrices, and closes the step at the bucket DDP reduces last.
 - :class:`AllreduceHookState` (fp32): PyTorch's ``allreduce_hook``, what DDP
   does without a hook; for fp32 warm-up epochs before a compressed method
-  (DDP takes one hook for its lifetime). An fp32 baseline registers no hook.
+  (DDP takes one hook for its lifetime). A method that is plain DDP
+  (``compressors.core.registry.plain_ddp``: the fp32 baseline) needs no hook
+  at all: :class:`PlainDDPStats` counts what DDP's own averaging sends.
 - :class:`CastHookState` (fp16/bf16 over ``allreduce``): PyTorch's
   ``fp16_compress_hook`` / ``bf16_compress_hook``.
 - :class:`PowerSGDHookState` (``powersgd``): PyTorch's ``PowerSGDState`` and
@@ -25,12 +27,14 @@ our compressors encode in the hook and chain the rest on ``Future.then``
 completion: DDP cannot overlap them, and the per-phase timing is exact. The
 numbers are the same both ways, bit for bit. Every state has ``compressor``,
 ``algorithm``, ``params``, ``overlap``, ``history`` (one ``StepStats`` per
-finished step), ``step`` and ``state_dict``/``load_state_dict``. The hooks work
-at any world size, including a one-process group.
+finished step; its ``bytes_inter`` is what crossed hosts of the ``topology``),
+``step`` and ``state_dict``/``load_state_dict``. The hooks work at any world
+size, including a one-process group.
 
 No ``from __future__ import annotations`` here: DDP compares the hooks'
 annotations with ``dist.GradBucket`` and ``Future[Tensor]`` at registration.
 """
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -44,6 +48,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_p
 from ..comm import accounting
 from ..core import registry
 from ..comm.collectives import world_of
+from ..comm.options import check_options, checkpoint, checkpoint_step, topology_of
 from ..core.params import Param
 from ..comm.reducer import Reducer
 from ..comm.topology import Topology
@@ -164,11 +169,6 @@ class HookState(ABC):
     def load_state_dict(self, state: dict[str, Any], device: torch.device | str = "cpu") -> None:
         """Resume from ``state_dict()``'s output."""
 
-    def _check_state(self, state: dict[str, Any]) -> None:
-        if (state["compressor"], state["algorithm"]) != (self.compressor, self.algorithm):
-            raise ValueError(f"state of {state['compressor']}/{state['algorithm']} cannot be loaded into "
-                             f"{self.compressor}/{self.algorithm}")
-
 
 # ---------------------------------------------------------------- our compressors, through a Reducer
 
@@ -215,14 +215,15 @@ class ReducerHookState(HookState):
         self.reducer.load_state_dict(state, device)
 
 
-# ---------------------------------------------------------------- PyTorch's fp16 / bf16 hooks
+# ---------------------------------------------------------------- PyTorch's own hooks, and none
 
 
 class _LedgerState(HookState):
-    """A state whose hook records its own ``StepStats``."""
+    """A state whose hook records its own ``StepStats``: PyTorch's hooks, whose collectives are ring
+    all_reduces. They share one checkpoint (``state_dict``), which a subclass extends with ``_own_state``."""
 
-    def __init__(self, compressor: str, algorithm: str, params: dict[str, Any],
-                 group: dist.ProcessGroup | None, overlap: bool) -> None:
+    def __init__(self, compressor: str, algorithm: str, params: dict[str, Any], group: dist.ProcessGroup | None,
+                 overlap: bool, topology: Topology | None) -> None:
         self.compressor = compressor
         self.algorithm = algorithm
         self.params = params
@@ -230,6 +231,9 @@ class _LedgerState(HookState):
         self.overlap = overlap
         self._pending = []
         self.ledger = StepLedger()
+        rank, world = world_of(group)
+        # A ring sends to the next rank: all of it crosses hosts, or none.
+        self._inter_share = topology_of(topology, world).inter_share_ring(rank)
 
     history = property(lambda self: self.ledger.history, doc="One ``StepStats`` per finished step.")
     step = property(lambda self: self.ledger.step, doc="Finished steps.")
@@ -247,11 +251,25 @@ class _LedgerState(HookState):
             if result.is_cuda:
                 torch.cuda.synchronize()
             end = time.perf_counter()
-            self.ledger.add(StepStats(bytes_sent=bytes_sent, comm_s=end - start, numel=numel,
-                                      comm_spans=[(start, end)]))
+            self.ledger.add(StepStats(bytes_sent=bytes_sent, bytes_inter=bytes_sent * self._inter_share,
+                                      comm_s=end - start, numel=numel, comm_spans=[(start, end)]))
             return result
 
         return fut.then(record)
+
+    def _own_state(self) -> dict[str, Any]:
+        """What the checkpoint holds beyond the configuration and the step."""
+        return {}
+
+    def _load_own_state(self, state: dict[str, Any]) -> None:
+        """Resume what ``_own_state`` saved."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**checkpoint(self.compressor, self.algorithm, self.ledger.step), **self._own_state()}
+
+    def load_state_dict(self, state: dict[str, Any], device: torch.device | str = "cpu") -> None:
+        self.ledger.step = checkpoint_step(state, self.compressor, self.algorithm)
+        self._load_own_state(state)
 
 
 def allreduce_hook(state: "AllreduceHookState", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -267,16 +285,6 @@ class AllreduceHookState(_LedgerState):
     """fp32: PyTorch's ``allreduce_hook``, DDP's own bucketed average (for fp32 warm-up epochs)."""
 
     hook = staticmethod(allreduce_hook)
-
-    def __init__(self, params: dict[str, Any], group: dist.ProcessGroup | None, overlap: bool) -> None:
-        super().__init__("fp32", "allreduce", params, group, overlap)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"compressor": self.compressor, "algorithm": self.algorithm, "step": self.ledger.step}
-
-    def load_state_dict(self, state: dict[str, Any], device: torch.device | str = "cpu") -> None:
-        self._check_state(state)
-        self.ledger.step = state["step"]
 
 
 _CAST_HOOKS = {torch.float16: default_hooks.fp16_compress_hook, torch.bfloat16: default_hooks.bf16_compress_hook}
@@ -295,18 +303,25 @@ class CastHookState(_LedgerState):
     """fp16/bf16 over ``allreduce``: PyTorch's ``fp16_compress_hook``/``bf16_compress_hook``."""
 
     hook = staticmethod(cast_hook)
+    cast_dtype = property(lambda self: registry.COMPRESSORS[self.compressor].cast_dtype,
+                          doc="The dtype the gradients travel in.")
 
-    def __init__(self, compressor: str, params: dict[str, Any], group: dist.ProcessGroup | None,
-                 overlap: bool) -> None:
-        super().__init__(compressor, "allreduce", params, group, overlap)
-        self.cast_dtype = registry.COMPRESSORS[compressor].cast_dtype
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"compressor": self.compressor, "algorithm": self.algorithm, "step": self.ledger.step}
+class PlainDDPStats:
+    """The statistics of plain DDP (no hook: DDP's own bucketed all_reduce), which no hook counts: the bytes
+    of ring all_reduces of every gradient in fp32 (``accounting``), those that cross hosts of ``topology``
+    as a ring's do; its collectives' own time is not observable (NaN). ``end_step`` after each step."""
 
-    def load_state_dict(self, state: dict[str, Any], device: torch.device | str = "cpu") -> None:
-        self._check_state(state)
-        self.ledger.step = state["step"]
+    def __init__(self, numel: int, group: dist.ProcessGroup | None = None, topology: Topology | None = None) -> None:
+        rank, world = world_of(group)
+        self.numel = numel
+        self.bytes_sent = accounting.ring_allreduce_bytes(4 * numel, world)
+        self.bytes_inter = self.bytes_sent * topology_of(topology, world).inter_share_ring(rank)
+        self.history: list[StepStats] = []
+
+    def end_step(self) -> None:
+        self.history.append(StepStats(bytes_sent=self.bytes_sent, bytes_inter=self.bytes_inter, comm_s=math.nan,
+                                      numel=self.numel))
 
 
 # ---------------------------------------------------------------- PyTorch's PowerSGD
@@ -357,8 +372,9 @@ class PowerSGDHookState(_LedgerState):
 
     hook = staticmethod(powersgd_hook)
 
-    def __init__(self, params: dict[str, Any], group: dist.ProcessGroup | None, overlap: bool) -> None:
-        super().__init__(POWERSGD, POWERSGD, params, group, overlap)
+    def __init__(self, compressor: str, algorithm: str, params: dict[str, Any], group: dist.ProcessGroup | None,
+                 overlap: bool, topology: Topology | None) -> None:
+        super().__init__(compressor, algorithm, params, group, overlap, topology)
         self._tail: torch.futures.Future | None = None  # the last bucket's future
         self.powersgd = torch_powersgd.PowerSGDState(
             process_group=group, matrix_approximation_rank=params["matrix_rank"],
@@ -366,19 +382,34 @@ class PowerSGDHookState(_LedgerState):
             use_error_feedback=params["use_error_feedback"], warm_start=params["warm_start"],
             orthogonalization_epsilon=params["orthogonalization_epsilon"], random_seed=params["seed"])
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"compressor": self.compressor, "algorithm": self.algorithm, "step": self.ledger.step,
-                "powersgd": self.powersgd.__getstate__()}
+    def _own_state(self) -> dict[str, Any]:
+        return {"powersgd": self.powersgd.__getstate__()}
 
-    def load_state_dict(self, state: dict[str, Any], device: torch.device | str = "cpu") -> None:
-        self._check_state(state)
-        self.ledger.step = state["step"]
+    def _load_own_state(self, state: dict[str, Any]) -> None:
+        # PowerSGDState's own state leaves its process group out: this state's stays.
         group = self.powersgd.process_group
         self.powersgd.__setstate__(state["powersgd"])
         self.powersgd.process_group = group
 
 
 # ---------------------------------------------------------------- the factory and the switch
+
+
+# The state of each hook-only method this module registers.
+_HOOK_ONLY_STATES: dict[str, type[_LedgerState]] = {POWERSGD: PowerSGDHookState}
+
+
+def _pytorch_state(compressor: str, algorithm: str | None) -> type[_LedgerState] | None:
+    """The state of PyTorch's own hook for ``compressor`` over ``algorithm`` (None: its default), if one
+    does what our Reducer would: DDP's all_reduce for plain DDP, the fp16/bf16 compress hooks for those
+    casts over a native all_reduce. None otherwise (an unknown name or algorithm too: the Reducer says so)."""
+    if registry.plain_ddp(compressor, algorithm):
+        return AllreduceHookState
+    codec = registry.COMPRESSORS.get(compressor)
+    if codec is not None and codec.cast_dtype in _CAST_HOOKS and \
+            (algorithm or registry.default_algorithm(compressor)) == "allreduce":
+        return CastHookState
+    return None
 
 
 def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_compress_numel: int = 1024,
@@ -393,34 +424,25 @@ def comm_hook(compressor: str = "fp32", algorithm: str | None = None, *, min_com
     (``min_compress_numel``, ``error_feedback``, ``impl`` and ``params`` as
     there). ``overlap``: return each bucket's future unwaited (the module
     docstring); for a Reducer it is a collective call (it makes a process
-    group). ``topology``, ``intra``, ``inter``: the Reducer's (which host each
-    rank runs on; the hierarchical algorithm's levels); ``momentum``: the Reducer's (DGC's velocity). Unknown
-    names, algorithms and parameters raise ValueError naming the valid ones.
+    group). ``topology``: which host each rank runs on (what crosses hosts; the hierarchical algorithm's
+    levels, with ``intra`` and ``inter``, as the Reducer's); ``momentum``: the Reducer's (DGC's velocity).
+    Every option is checked as the Reducer checks it (``compressors.comm.options``): unknown names,
+    algorithms and parameters raise ValueError naming the valid ones.
     """
-    if compressor in registry.HOOK_METHODS:
-        valid = registry.algorithms(compressor)
-        if algorithm is not None and algorithm not in valid:
-            raise ValueError(f"algorithm {algorithm!r} is invalid for {compressor!r}; valid: {list(valid)}")
-        if min_compress_numel < 0:
-            raise ValueError(f"min_compress_numel={min_compress_numel} is invalid; valid: an int >= 0")
-        if impl in ("numba", "cuda"):
-            raise ValueError(f"{compressor} has no {impl} kernels (it runs PyTorch's hook): use impl 'auto'")
-        if momentum is not None:
-            raise ValueError(f"momentum is for a method that keeps it in its memory (dgc), not {compressor!r}")
+    if registry.hook_only(compressor):
+        options = check_options(compressor, algorithm, min_compress_numel=min_compress_numel, impl=impl,
+                                intra=intra, inter=inter, momentum=momentum)
         # PowerSGD applies its own rule for what it compresses (min_compression_rate); no error_feedback switch.
-        return PowerSGDHookState(registry.check_params(compressor, **params), group, overlap)
-    codec = registry.COMPRESSORS.get(compressor)  # None: unknown, and the Reducer says so
-    torch_hook = codec is not None and codec.cast_dtype in (torch.float32, *_CAST_HOOKS) and \
-        (algorithm or registry.default_algorithm(compressor)) == "allreduce"
-    # The Reducer checks every setting; it is the hook only where no PyTorch hook is.
+        return _HOOK_ONLY_STATES[compressor](compressor, options.algorithm, registry.check_params(compressor, **params),
+                                             group, overlap, topology)
+    pytorch_state = _pytorch_state(compressor, algorithm)
+    # The Reducer checks every setting; it is the hook only where PyTorch has none.
     reducer = Reducer(compressor, algorithm, min_compress_numel=min_compress_numel, group=group,
-                      error_feedback=error_feedback, impl=impl, overlap=overlap and not torch_hook,
+                      error_feedback=error_feedback, impl=impl, overlap=overlap and pytorch_state is None,
                       topology=topology, intra=intra, inter=inter, momentum=momentum, **params)
-    if not torch_hook:
+    if pytorch_state is None:
         return ReducerHookState(reducer)
-    if reducer.codec.cast_dtype == torch.float32:
-        return AllreduceHookState(reducer.params, group, overlap)
-    return CastHookState(compressor, reducer.params, group, overlap)
+    return pytorch_state(compressor, reducer.algorithm, reducer.params, group, overlap, reducer.topology)
 
 
 def switch_hook(switch: "HookSwitch", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

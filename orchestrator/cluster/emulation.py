@@ -2,23 +2,18 @@
 
 ``up`` makes the hosts (``orchestrator.cluster.netns``), calibrates the links
 (``orchestrator.cluster.calibrate``: unshaped, then at the bandwidth), and starts a Ray
-head in host 0 and one Ray node in each other host, one at a time (parallel
-starts race for the socket names of Ray's session folder). Every node offers ``workers_per_host``
-units of the custom resource ``emu_host`` (a multi-GPU node's GPUs) and as many
-CPUs: a trial's workers ask for one unit each, so a host holds at most that many
-of them (without the cap Ray's packing would put every worker on one host and
-bypass the links). The workers of one host share its namespace and talk over its
-own address, unshaped; those of different hosts over the shaped links. The head
-offers one more CPU than the others for the Tune trial functions.
+node in each host (``orchestrator.cluster.ray_nodes``), each with ``workers_per_host``
+worker slots (a multi-GPU node's GPUs). The workers of one host share its namespace and
+talk over its own address, unshaped; those of different hosts over the shaped links.
 
 The cluster's state (hosts, addresses, namespace inodes, calibrations, who owns
 it) is a JSON file under ``STATE_ROOT/<prefix>/``, claimed before anything is
 made (one cluster per prefix) and updated as each namespace is made. ``down``
 touches only what that file recorded: it ends the processes in the recorded
-namespaces by PID (found by namespace inode, even after a crash), removes the
-namespaces that still have their recorded inode, then the folder. The Ray
-address is reachable only from inside the emulated hosts: drivers run in host 0
-(``command``).
+namespaces by PID (found by namespace inode, even after a crash;
+``orchestrator.cluster.procs``), removes the namespaces that still have their
+recorded inode, then the folder. The Ray address is reachable only from inside
+the emulated hosts: drivers run in host 0 (``command``).
 """
 
 from __future__ import annotations
@@ -28,9 +23,6 @@ import datetime
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,24 +30,19 @@ from typing import Any
 
 from compressors.core.params import RATE, Param, rate_bps
 
-from . import netns
+from . import netns, procs, ray_nodes
 from .calibrate import calibrate
 from .netns import Network, NetworkError
+from .ray_nodes import RAY_PORT
 
 # Runtime state of root's clusters (namespaces need root): gone with a reboot, as the namespaces are.
 STATE_ROOT = Path("/run/lowprec-emu")
 DEFAULT_PREFIX = "lp"
 SWEEP_PREFIX = "lpsweep"  # a sweep's own cluster (cluster.emulate)
 DEFAULT_SUBNET = "198.18.0"
-RAY_PORT = 6379
-HOST_RESOURCE = "emu_host"
 MAX_WORKERS_PER_HOST = 16  # the GPUs of the largest common node
 # Below this multiple of the requested rate the veths themselves, not tbf, would set the pace under load.
 HEADROOM = 3.0
-_NODE_CPUS = 1  # per worker slot
-_OBJECT_STORE_BYTES = 200 * 1000**2
-_STOP_WAIT_S = 10.0
-_STOP_ORDER = {"raylet": 0, "gcs_server": 2}  # `down`'s stages, by program; every other process is 1
 # Every process of the cluster gets these. Token authentication is on in Ray 2.60 once
 # ~/.ray/auth_token exists; nodes and drivers must agree, so it is off inside the emulation.
 BASE_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "GLOO_SOCKET_IFNAME": "eth0",
@@ -100,7 +87,7 @@ class Cluster:
     hosts: int
     bandwidth: str | None  # the rate the links are shaped to now; None while being shaped (or after that failed)
     inodes: list[int]  # of every namespace made so far, in the order of ``network.names`` (hosts first)
-    workers_per_host: int = 1  # the ``HOST_RESOURCE`` slots of each host's Ray node
+    workers_per_host: int = 1  # the worker slots of each host's Ray node (ray_nodes.HOST_RESOURCE)
     owner_pid: int | None = None  # a sweep that brought it up for itself; None: `cluster up`
     ray: bool = True
     calibrations: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by rate; "unshaped"
@@ -123,9 +110,13 @@ class Cluster:
     def temp_dir(self) -> Path:
         return self.folder / "ray"
 
+    def node_env(self) -> dict[str, str]:
+        """What every process the cluster starts runs with: its Ray nodes, and through them their workers."""
+        return {**BASE_ENV, ENV_VAR: self.prefix}
+
     def env(self) -> dict[str, str]:
         """What a driver or command inside the cluster needs."""
-        return {**BASE_ENV, "RAY_ADDRESS": self.address, ENV_VAR: self.prefix}
+        return {**self.node_env(), "RAY_ADDRESS": self.address}
 
     def command(self, host: int, argv: Sequence[str]) -> list[str]:
         """``argv`` run in emulated host ``host`` with the cluster's environment."""
@@ -214,7 +205,7 @@ class Cluster:
         standing = set(self.standing())
         named = [inode for name, inode in self.namespaces().items() if name in standing]
         nameless = [inode for name, inode in self.namespaces().items() if name not in standing]
-        marked = [pid for pid in netns.processes(nameless) if _marked(pid, self.prefix)]
+        marked = [pid for pid in netns.processes(nameless) if procs.marked(pid, ENV_VAR, self.prefix)]
         return sorted(set(netns.processes(named)) | set(marked))
 
     def summary(self) -> dict[str, Any]:
@@ -223,15 +214,6 @@ class Cluster:
                 "addresses": [self.network.address(i) for i in range(self.hosts)],
                 "burst_bytes": netns.burst_bytes(self.bandwidth) if self.bandwidth else None,
                 "calibrations": self.calibrations}
-
-
-def _marked(pid: int, prefix: str) -> bool:
-    """Whether process ``pid`` was started with ``ENV_VAR`` set to ``prefix``."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
-    return f"{ENV_VAR}={prefix}".encode() in environ.split(b"\0")
 
 
 def load(prefix: str = DEFAULT_PREFIX) -> Cluster | None:
@@ -264,18 +246,6 @@ def find(address: str) -> Cluster | None:
     return None
 
 
-def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def up(hosts: int, bandwidth: str, *, workers_per_host: int = 1, prefix: str = DEFAULT_PREFIX,
        subnet: str = DEFAULT_SUBNET, ray: bool = True, owner_pid: int | None = None,
        log: Callable[[str], None] = print) -> Cluster:
@@ -293,45 +263,13 @@ def up(hosts: int, bandwidth: str, *, workers_per_host: int = 1, prefix: str = D
     bandwidth = _check_rate(bandwidth)
     if not 1 <= workers_per_host <= MAX_WORKERS_PER_HOST:
         raise ValueError(f"workers_per_host must be in [1, {MAX_WORKERS_PER_HOST}], got {workers_per_host}")
-    network = Network(prefix, subnet, hosts)
+    network = Network(prefix, subnet, hosts)  # checks the prefix, subnet and hosts
     cluster = Cluster(prefix, subnet, hosts, None, [], workers_per_host, owner_pid=owner_pid, ray=ray,
                       started_at=datetime.datetime.now().isoformat(timespec="seconds"))
-    if not cluster.claim():
-        old = load(prefix)
-        if old is not None and old.owner_pid is not None and not _alive(old.owner_pid):
-            log(f"removing the emulated cluster {prefix!r} left by process {old.owner_pid}, which has ended")
-            down(prefix, log=log, owner_pid=old.owner_pid)
-        if not cluster.claim():
-            old = load(prefix)
-            owner = ("another process" if old is None else f"sweep process {old.owner_pid}" if old.owner_pid
-                     else "`lowprec cluster up`")
-            raise NetworkError(f"an emulated cluster with prefix {prefix!r} is up (started by {owner}): "
-                               f"`lowprec cluster down --prefix {prefix}` first, or choose another --prefix")
+    _claim(cluster, log)
     started = time.monotonic()
     try:
-        def record(inodes: list[int]) -> None:  # from here on `down` finds everything made
-            cluster.inodes = inodes
-            cluster.save()
-
-        network.create(record)
-        if hosts >= 2:
-            unshaped, shaped = calibrate(network, [None, bandwidth])
-            cluster.calibrations = {"unshaped": unshaped, bandwidth: shaped}
-            cluster.bandwidth = bandwidth
-            cluster.save()
-            problem = cluster.rate_problem(bandwidth)
-            if problem:
-                raise NetworkError(problem)
-            _warn_headroom(cluster.calibrations, bandwidth, log)
-            log(f"links: {bandwidth} each way (burst {netns.burst_bytes(bandwidth)} B); calibrated "
-                f"{rate_text(shaped['measured_bps'])} = {shaped['fraction']:.3f} of the rate "
-                f"(unshaped {rate_text(unshaped['measured_bps'])})")
-        else:
-            network.shape(bandwidth)
-            cluster.bandwidth = bandwidth
-        cluster.save()
-        if ray:
-            _start_ray(cluster)
+        _make(cluster, network, bandwidth, log)
         log(f"emulated cluster {prefix!r} up in {time.monotonic() - started:.0f} s: {hosts} hosts "
             f"{network.address(0)}..{network.address(hosts - 1)}, {workers_per_host} worker(s) per host"
             + (f", Ray at {cluster.address}" if ray else ""))
@@ -341,43 +279,62 @@ def up(hosts: int, bandwidth: str, *, workers_per_host: int = 1, prefix: str = D
         raise
 
 
+def _claim(cluster: Cluster, log: Callable[[str], None]) -> None:
+    """Make the prefix the cluster's, first removing a cluster with it that a sweep left when it ended;
+    NetworkError naming who started the one that is up."""
+    if cluster.claim():
+        return
+    prefix = cluster.prefix
+    old = load(prefix)
+    if old is not None and old.owner_pid is not None and not procs.alive(old.owner_pid):
+        log(f"removing the emulated cluster {prefix!r} left by process {old.owner_pid}, which has ended")
+        down(prefix, log=log, owner_pid=old.owner_pid)
+    if not cluster.claim():
+        old = load(prefix)
+        owner = ("another process" if old is None else f"sweep process {old.owner_pid}" if old.owner_pid
+                 else "`lowprec cluster up`")
+        raise NetworkError(f"an emulated cluster with prefix {prefix!r} is up (started by {owner}): "
+                           f"`lowprec cluster down --prefix {prefix}` first, or choose another --prefix")
+
+
+def _make(cluster: Cluster, network: Network, bandwidth: str, log: Callable[[str], None]) -> None:
+    """Make the claimed cluster's hosts, shape (and with two hosts or more, calibrate) their links, start Ray."""
+    def record(inodes: list[int]) -> None:  # from here on `down` finds everything made
+        cluster.inodes = inodes
+        cluster.save()
+
+    network.create(record)
+    if cluster.hosts >= 2:
+        _calibrate_links(cluster, network, bandwidth, log)
+    else:
+        network.shape(bandwidth)
+        cluster.bandwidth = bandwidth
+    cluster.save()
+    if cluster.ray:
+        ray_nodes.start(cluster.network, cluster.hosts, cluster.workers_per_host, cluster.temp_dir, cluster.address,
+                        cluster.node_env())
+
+
+def _calibrate_links(cluster: Cluster, network: Network, bandwidth: str, log: Callable[[str], None]) -> None:
+    """Measure the links unshaped, then shaped to ``bandwidth``; NetworkError where they are too slow for it."""
+    unshaped, shaped = calibrate(network, [None, bandwidth])
+    cluster.calibrations = {"unshaped": unshaped, bandwidth: shaped}
+    cluster.bandwidth = bandwidth
+    cluster.save()
+    problem = cluster.rate_problem(bandwidth)
+    if problem:
+        raise NetworkError(problem)
+    _warn_headroom(cluster.calibrations, bandwidth, log)
+    log(f"links: {bandwidth} each way (burst {netns.burst_bytes(bandwidth)} B); calibrated "
+        f"{rate_text(shaped['measured_bps'])} = {shaped['fraction']:.3f} of the rate "
+        f"(unshaped {rate_text(unshaped['measured_bps'])})")
+
+
 def _warn_headroom(calibrations: dict[str, dict[str, Any]], rate: str, log: Callable[[str], None]) -> None:
     unshaped = calibrations.get("unshaped", {}).get("measured_bps")
     if unshaped is not None and unshaped < HEADROOM * rate_bps(rate):
         log(f"warning: unshaped, the links carried {rate_text(unshaped)}, less than {HEADROOM:g}x "
             f"{rate}: under training's CPU load the machine, not the links, may set the pace")
-
-
-def _ray_binary() -> str:
-    beside = Path(sys.executable).with_name("ray")
-    found = str(beside) if beside.exists() else shutil.which("ray")
-    if found is None:
-        raise NetworkError("the `ray` command was not found beside this Python; install ray")
-    return found
-
-
-def _start_ray(cluster: Cluster) -> None:
-    """Head in host 0, then one node per other host, one at a time; each offers ``workers_per_host`` slots
-    and a logical CPU for each (every host shares this machine's cores: the runner sets the threads)."""
-    ray = _ray_binary()
-    network = cluster.network
-    common = ["--object-store-memory", str(_OBJECT_STORE_BYTES), "--disable-usage-stats"]
-    resources = json.dumps({HOST_RESOURCE: cluster.workers_per_host})
-    cpus = _NODE_CPUS * cluster.workers_per_host
-    for i in range(cluster.hosts):
-        if i == 0:
-            argv = [ray, "start", "--head", "--node-ip-address", network.address(0), "--port", str(RAY_PORT),
-                    "--temp-dir", str(cluster.temp_dir), "--include-dashboard", "false",
-                    "--num-cpus", str(cpus + 1)]
-        else:
-            argv = [ray, "start", "--address", cluster.address, "--node-ip-address", network.address(i),
-                    "--num-cpus", str(cpus)]
-        done = subprocess.run(network.command(i, [*argv, *common, "--resources", resources],
-                                              {**BASE_ENV, ENV_VAR: cluster.prefix}),
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-3:]
-            raise NetworkError(f"`ray start` in {network.host(i)} failed: {' '.join(tail)}")
 
 
 def down(prefix: str = DEFAULT_PREFIX, log: Callable[[str], None] = print, *,
@@ -393,43 +350,11 @@ def down(prefix: str = DEFAULT_PREFIX, log: Callable[[str], None] = print, *,
     if problem:
         raise NetworkError(f"cannot bring the emulated cluster {prefix!r} down here: {problem}")
     pids = cluster.processes()
-    # In `ray stop`'s order: the raylets, then the other services, then the GCS. Ended all at once, the
-    # services wait on the GCS and the GCS on them, for over 10 s; in this order all end within a second.
-    stages: dict[int, list[int]] = {}
-    for pid in pids:
-        stages.setdefault(_STOP_ORDER.get(_program(pid), 1), []).append(pid)
-    for _, stage in sorted(stages.items()):
-        for pid in stage:
-            _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + _STOP_WAIT_S / len(stages)
-        while set(stage) & set(cluster.processes()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    # Until none is left: a killed process lingers in /proc a moment, and one forked just before its
-    # parent was listed for killing escapes that round.
-    deadline = time.monotonic() + _STOP_WAIT_S
-    while (left := cluster.processes()) and time.monotonic() < deadline:
-        for pid in left:
-            _signal(pid, signal.SIGKILL)
-        time.sleep(0.1)
+    procs.end(pids, cluster.processes)
     removed = cluster.network.delete(cluster.namespaces())
     shutil.rmtree(cluster.folder, ignore_errors=True)
     log(f"emulated cluster {prefix!r} down: {len(pids)} process(es) ended, {len(removed)} namespace(s) removed")
     return len(pids)
-
-
-def _program(pid: int) -> str:
-    """The file name of the program process ``pid`` runs ("" once it is gone)."""
-    try:
-        return Path(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")).name
-    except OSError:
-        return ""
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def status(prefix: str = DEFAULT_PREFIX) -> str:

@@ -1,8 +1,9 @@
 """The performance model of a data-parallel step: pure arithmetic (docs/predictor.md).
 
 Costs of the collectives from a link's latency ``alpha`` (s per message) and bandwidth ``B``
-(bytes/s each way, full duplex: a host sends and receives at B at once), and the step as a
-timeline of gradient buckets ready during backward:
+(bytes/s each way, full duplex: a host sends and receives at B at once) and this machine's
+reduction rate ``R_add`` (``reduction_rate``: bytes of one operand summed per second), and the step
+as a timeline of gradient buckets ready during backward:
 
 - ring all_reduce of M bytes: ``2(p-1) alpha + 2(p-1)/p M/B + (p-1)/p M/R_add``;
 - all_gather of an S-byte payload per rank: ``(p-1) alpha + (p-1) S/B``;
@@ -40,7 +41,9 @@ T = T_fwd + T_bwd + sum(e_i + c_i + d_i) + T_opt.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+
 
 @dataclass(frozen=True)
 class Link:
@@ -81,11 +84,11 @@ class Cluster:
         return cls(workers, 1, link, link)
 
 
-def ring_allreduce_s(nbytes: float, p: int, link: Link, reduce_bps: float = math.inf) -> float:
+def ring_allreduce_s(nbytes: float, p: int, link: Link, reduction_rate: float = math.inf) -> float:
     if p <= 1 or nbytes <= 0:
         return 0.0
     return (2 * (p - 1) * link.latency + 2 * (p - 1) / p * nbytes / link.bandwidth
-            + (p - 1) / p * nbytes / reduce_bps)
+            + (p - 1) / p * nbytes / reduction_rate)
 
 
 def allgather_s(payload_nbytes: float, p: int, link: Link) -> float:
@@ -101,18 +104,18 @@ def alltoall_s(sent_nbytes: float, p: int, link: Link) -> float:
     return (p - 1) * link.latency + sent_nbytes / link.bandwidth
 
 
-def reduce_scatter_s(nbytes: float, p: int, link: Link, reduce_bps: float = math.inf) -> float:
+def reduce_scatter_s(nbytes: float, p: int, link: Link, reduction_rate: float = math.inf) -> float:
     """An all_to_all of M bytes' p chunks, each rank summing the p copies of its own: a ring all_reduce's
     first half (an all_gather of the M/p-byte sums is the second)."""
     if p <= 1 or nbytes <= 0:
         return 0.0
-    return (p - 1) * link.latency + (p - 1) / p * nbytes / link.bandwidth + (p - 1) / p * nbytes / reduce_bps
+    return (p - 1) * link.latency + (p - 1) / p * nbytes / link.bandwidth + (p - 1) / p * nbytes / reduction_rate
 
 
-def flat_ring_allreduce_s(nbytes: float, cluster: Cluster, reduce_bps: float = math.inf) -> float:
+def flat_ring_allreduce_s(nbytes: float, cluster: Cluster, reduction_rate: float = math.inf) -> float:
     """A ring over every rank of ``cluster``: each step waits for the slowest hop, one between hosts."""
     link = cluster.inter if cluster.hosts > 1 else cluster.intra
-    return ring_allreduce_s(nbytes, cluster.workers, link, reduce_bps)
+    return ring_allreduce_s(nbytes, cluster.workers, link, reduction_rate)
 
 
 def flat_allgather_s(payload_nbytes: float, cluster: Cluster) -> float:
@@ -172,7 +175,7 @@ def speedup_bound(baseline_step_s: float, compute_s: float) -> float:
     return 1.0 + exposed / compute_s if compute_s > 0 else math.nan
 
 
-def break_even(faster_at, low: float, high: float, iterations: int = 60) -> float | None:
+def break_even(faster_at: Callable[[float], bool], low: float, high: float, iterations: int = 60) -> float:
     """The bandwidth below which ``faster_at(bandwidth)`` is true, by bisection on a log scale;
     ``low`` if it is never true in [low, high], ``high`` if always (callers say so), else the edge."""
     if not faster_at(low):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +63,7 @@ def profile(settings: dict[str, Any], repeats: int = 5) -> Profile:
     ready: dict[int, float] = {}
     start = [0.0]
 
-    def hook(i: int):
+    def hook(i: int) -> Callable[[torch.Tensor], None]:
         def mark(_: torch.Tensor) -> None:
             ready[i] = time.perf_counter() - start[0]
         return mark

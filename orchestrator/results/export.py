@@ -41,7 +41,7 @@ from typing import Any, TextIO
 import pandas as pd
 
 from .plots import warm, write_plots
-from ..predict.predictor import Trials, pairs
+from ..predict.trials import Trials, pairs
 from ..predict.sharing import emulated_predictions
 from ..study import predictor_inputs
 from ..study.records import atomic_path, folder_sweep, read_records, trials_dir, write_atomic

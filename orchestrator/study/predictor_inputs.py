@@ -14,12 +14,15 @@ run, by short trials, the *predictor inputs*, recorded apart from the grid's (``
 
 They are a few per configuration, of ``INPUT_STEPS`` or ``SHARING_STEPS`` steps; their accuracy means
 nothing and no table of the sweep shows them. A grid trial that is one of them serves as it and does
-not run twice. Configurations the model does not know (PowerSGD, GPU trials) get none.
+not run twice. Configurations the model does not know (hook-only methods such as PowerSGD, GPU trials) get
+none.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from compressors.core.registry import hook_only
 
 from .labels import config_labels
 from .settings import TRIAL_KEYS, param
@@ -68,7 +71,9 @@ def predictor_input_trials(trials: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def _modelled(trial: dict[str, Any]) -> bool:
-    return trial["compressor"] != "powersgd" and not trial["use_gpu"]
+    """Whether the performance model knows the trial's step: a hook-only method (no payload codec of ours) or a
+    GPU trial it does not."""
+    return not hook_only(trial["compressor"]) and not trial["use_gpu"]
 
 
 def _settings(trial: dict[str, Any]) -> dict[str, Any]:

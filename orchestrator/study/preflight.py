@@ -32,7 +32,7 @@ import workloads
 
 from . import env_info, settings as schema
 from .failures import reason_of
-from .train_loop import task_loss
+from .evaluation import task_loss
 from .sweep_file import Sweep, SweepFileError
 
 # A model whose parameters take more than this share of the available memory is stepped on the meta device.

@@ -21,17 +21,16 @@ Settings by where they are written in a sweep file:
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Iterable
 from typing import Any
-
-import torch
 
 import compressors
 import workloads
 
-from . import columns
+from . import columns, settings_tables
+from .workload_checks import workload_problems
 from ..cluster.emulation import MAX_WORKERS_PER_HOST
+from compressors.core import registry
 from compressors.core.params import NAMES, RATE, SEED, Param
 
 # The most trials a sweep may expand to: each is a dict in memory and a record on disk, and a grid of
@@ -208,16 +207,13 @@ def compressor_param_names() -> tuple[str, ...]:
 
 
 def algorithms(compressor: str) -> tuple[str, ...]:
-    """What a study may choose: the casts stay on their native all_reduce; powersgd has nothing to choose."""
-    if compressor in compressors.CASTS:
-        return ("allreduce", "hierarchical")
-    if compressor == "powersgd":
-        return ()
-    return compressors.algorithms(compressor)
+    """What a study may choose: the registry's ``algorithm_choices`` (none for a hook-only method)."""
+    return registry.algorithm_choices(compressor)
 
 
 def default_algorithm(compressor: str) -> str | None:
-    return compressors.default_algorithm(compressor) if algorithms(compressor) else None
+    """The registry's default; None (the setting's null) for a hook-only method, which has nothing to choose."""
+    return None if registry.hook_only(compressor) else registry.default_algorithm(compressor)
 
 
 def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
@@ -228,7 +224,7 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
     """
     if settings.get("optimizer") == "adam" and settings.get("momentum") is not None:
         yield "momentum", "adam takes no momentum (it has betas); unset momentum or use optimizer: sgd"
-    if compressors.owns_momentum(settings["compressor"]):
+    if registry.owns_momentum(settings["compressor"]):
         if settings.get("optimizer") == "adam":
             yield "optimizer", (f"{settings['compressor']} keeps sgd's momentum in its memory (momentum correction): "
                                 "use optimizer: sgd")
@@ -240,21 +236,14 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
     if settings["compressor"] not in compressors.names():
         yield "compressor", (f"unknown compressor {settings['compressor']!r}; valid: {', '.join(compressors.names())}"
                              " (or one a module of imports registers)")
-    yield from _workload_problems(settings)
+    yield from workload_problems(settings)
     yield from _target_problems(settings)
     if settings["warmup_epochs"] and settings["warmup_epochs"] >= settings["epochs"]:
         yield "warmup_epochs", (f"warmup_epochs={settings['warmup_epochs']} must be < epochs={settings['epochs']}, "
                                 "or the compressor never runs")
     if settings["backend"] == "nccl" and not settings["use_gpu"]:
         yield "backend", "nccl needs GPUs: set use_gpu: true, or use gloo (or auto) on CPUs"
-    if settings.get("impl") == "numba" and not compressors.has_numba(settings["compressor"]):
-        yield "impl", f"{settings['compressor']} has no Numba kernels; use impl: auto or reference"
-    if settings.get("impl") == "cuda" and not compressors.has_cuda(settings["compressor"]):
-        yield "impl", f"{settings['compressor']} has no CUDA kernels; use impl: auto or reference"
-    if settings.get("impl") == "cuda" and not settings["use_gpu"]:
-        yield "impl", "cuda kernels run on GPUs: set use_gpu: true, or use impl: auto or numba on CPUs"
-    if settings.get("impl") == "numba" and settings["use_gpu"]:
-        yield "impl", "numba kernels run on CPUs: with use_gpu: true use impl: auto or cuda"
+    yield from _impl_problems(settings)
     for key in ("intra", "inter"):
         if settings.get(key) is not None and settings.get("algorithm") != "hierarchical":
             yield key, f"{key} is a setting of algorithm hierarchical; unset it or set algorithm: hierarchical"
@@ -265,52 +254,21 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
                             + (", ".join(valid) if valid else "none (it runs its own communication hook)"))
 
 
-def _workload_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
-    """The model's and the dataset's problems: unknown names, factories that cannot be imported, options
-    they do not take (a built-in's as workload keys, the others' as model_options / dataset_options)."""
-    for owner in ("model", "dataset"):
-        name, extra = settings[owner], f"{owner}_options"
-        builtin = (workloads.model_kind if owner == "model" else workloads.dataset_kind)(name) == workloads.BUILTIN
-        every = workloads.MODEL_OPTIONS if owner == "model" else workloads.DATASET_OPTIONS
-        if builtin:  # its options are workload keys
-            known = name in (workloads.MODEL_NAMES if owner == "model" else workloads.DATASET_NAMES)
-            taken = {p.name for p in (workloads.model_options if owner == "model" else workloads.dataset_options)(name)} \
-                if known else set()
-            for p in every:
-                if settings.get(p.name) is not None and known and p.name not in taken:
-                    yield p.name, f"{owner} {name!r} takes no option {p.name!r}"
-            if settings.get(extra) is not None:
-                yield extra, (f"{owner} {name!r} is built in: its options are workload keys "
-                              f"({', '.join(sorted(taken)) or 'it has none'}); {extra} is for "
-                              + ("torchvision:NAME and " if owner == "model" else "") + "MODULE:FACTORY ones")
-        # The name first (a file that cannot be imported, no such factory), then the options it is given.
-        check = (lambda options: workloads.model_problem(name, options, settings.get("input_shape"))) \
-            if owner == "model" else (lambda options: workloads.dataset_problem(name, options))
-        problem = check({})
-        if problem:
-            yield owner, problem
-        elif settings.get(extra) and (problem := check(settings[extra])):
-            yield extra, problem
-        if not builtin:
-            for p in every:
-                if settings.get(p.name) is not None:
-                    yield p.name, f"{owner} {name!r} takes its options in {extra}, not as the workload key {p.name!r}"
-    if settings["dataset"] == "synthetic" and settings.get("input_shape") is not None \
-            and workloads.model_kind(settings["model"]) == workloads.BUILTIN and settings["model"] in workloads.MODEL_NAMES:
-        problem = _input_problem(settings["model"], tuple(settings["input_shape"]))
-        if problem:
-            yield "input_shape", problem
-    model_task = workloads.MODEL_TASKS.get(settings["model"])
-    data_task = workloads.DATASET_TASKS.get(settings["dataset"])
-    if model_task and data_task and model_task != data_task:
-        yield "model", (f"model {settings['model']!r} serves {model_task} and dataset {settings['dataset']!r} "
-                        f"{data_task}: pair gpt with python_source or tokens, the other models with "
-                        + ", ".join(n for n, t in workloads.DATASET_TASKS.items() if t == workloads.CLASSIFICATION))
-    data_dir = workloads.DATA_DIR.get(settings["dataset"], "optional")  # a factory decides for itself
-    if settings.get("data_dir") is not None and data_dir is None:
-        yield "data_dir", f"dataset {settings['dataset']!r} reads no files; leave data_dir unset"
-    if settings.get("data_dir") is None and data_dir == "required":
-        yield "data_dir", f"dataset {settings['dataset']!r} needs data_dir (the folder of its files)"
+# What to use instead of an impl whose kernels do not run on the trial's device.
+_WRONG_DEVICE = {"cuda": "cuda kernels run on GPUs: set use_gpu: true, or use impl: auto or numba on CPUs",
+                 "numba": "numba kernels run on CPUs: with use_gpu: true use impl: auto or cuda"}
+
+
+def _impl_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
+    """An impl the compressor has no kernels of, or whose kernels do not run on the trial's device: the
+    registry says which."""
+    impl, compressor = settings.get("impl"), settings["compressor"]
+    if impl is None or compressor not in compressors.names():
+        return
+    if impl not in registry.impls(compressor):
+        yield "impl", f"{compressor} has no {registry.KERNELS[impl]} kernels; use impl: auto or reference"
+    if not registry.runs_on(impl, "cuda" if settings["use_gpu"] else "cpu"):
+        yield "impl", _WRONG_DEVICE[impl]
 
 
 def _target_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
@@ -374,18 +332,6 @@ def dataset_options_of(settings: dict[str, Any]) -> dict[str, Any]:
     return dict(settings.get("dataset_options") or {})
 
 
-@functools.cache
-def _input_problem(model: str, input_shape: tuple[int, ...]) -> str | None:
-    """What ``model`` says of samples of ``input_shape`` (None: it takes them); built on the meta device,
-    which allocates nothing."""
-    try:
-        with torch.device("meta"):
-            workloads.build_model(model, input_shape, 2)
-    except ValueError as error:
-        return str(error)
-    return None
-
-
 def check_training(given: dict[str, Any]) -> dict[str, Any]:
     """The full training-loop settings from ``given`` (defaults filled), or ValueError naming the setting.
 
@@ -428,40 +374,11 @@ def compressor_params_of(compressor: str, given: dict[str, Any]) -> dict[str, An
     return {k: v for k, v in compressors.check_params(compressor, **given).items() if k != "seed"}
 
 
-# ---------------------------------------------------------------- the docs' tables
-
-
-def _default_text(p: Param) -> str:
-    if p.default is None:
-        return "null"
-    if isinstance(p.default, bool):
-        return str(p.default).lower()
-    if isinstance(p.default, float) and math.isfinite(p.default) and p.default == int(p.default):
-        return f"{p.default:g}"
-    return str(p.default)
-
-
-def _table(params: Iterable[Param], first: str = "setting") -> list[str]:
-    lines = [f"| {first} | default | valid | meaning |", "|---|---|---|---|"]
-    for p in params:
-        lines.append(f"| `{p.name}` | `{_default_text(p)}` | {p.describe()} | {p.doc} |")
-    return lines
-
-
 def markdown() -> str:
     """The docs' settings tables (docs/sweeps.md), generated from the declarations."""
-    out = ["#### Top level of a sweep file", "", *_table(SWEEP), "",
-           "#### `cluster:`", "", *_table(CLUSTER), "",
-           "#### `cluster: emulate:`", "", *_table(EMULATE), "",
-           "#### `workload:` (each may also be a `sweep:` axis)", "", *_table(WORKLOAD), "",
-           "#### `sweep:` axes only", "", *_table(AXES), "",
-           "#### Compressor parameters (`compressor_params`; in a sweep file, keys of a compressor entry)", "",
-           "| compressor | parameter | default | valid | meaning |", "|---|---|---|---|---|"]
-    for name in compressors.NAMES:
-        for p in compressors.params_of(name):
-            if p.name != "seed":
-                out.append(f"| `{name}` | `{p.name}` | `{_default_text(p)}` | {p.describe()} | {p.doc} |")
-    return "\n".join(out) + "\n"
+    return settings_tables.markdown([
+        ("Top level of a sweep file", SWEEP), ("`cluster:`", CLUSTER), ("`cluster: emulate:`", EMULATE),
+        ("`workload:` (each may also be a `sweep:` axis)", WORKLOAD), ("`sweep:` axes only", AXES)])
 
 
 if __name__ == "__main__":

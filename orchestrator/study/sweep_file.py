@@ -35,7 +35,6 @@ has ``~`` expanded (a relative one stays relative to where the sweep runs).
 
 from __future__ import annotations
 
-import difflib
 import functools
 import hashlib
 import itertools
@@ -44,112 +43,19 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from compressors.core.params import Param, short_repr
+from compressors.core.params import short_repr
 
 from . import settings as schema
 from .labels import config_labels
 from .records import MARKER, kept_code
+from .sweep_yaml import Checker, Entry, LineMapping, LineSequence, SweepFileError, read_yaml
 
 __all__ = ["SweepFileError", "Sweep", "hierarchy_problem", "load_sweep", "settings_of", "trial_id_of"]
-
-
-class SweepFileError(ValueError):
-    """A sweep-file problem, located: ``path:line: message``."""
-
-    def __init__(self, path: str | os.PathLike, line: int, message: str):
-        super().__init__(f"{path}:{line}: {message}")
-        self.path = str(path)
-        self.line = line
-
-
-# ---------------------------------------------------------------- YAML with line numbers
-
-
-class _Mapping(dict):
-    """A YAML mapping that remembers its own line and each key's line (1-based)."""
-
-    def __init__(self, *args: Any, line: int = 1, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.line = line
-        self.lines: dict[Any, int] = {key: line for key in self}
-
-
-class _Sequence(list):
-    """A YAML sequence that remembers its own line and each item's line (1-based)."""
-
-    def __init__(self, items: Iterable[Any] = (), line: int = 1):
-        super().__init__(items)
-        self.line = line
-        self.lines: list[int] = [line] * len(self)
-
-
-class _LineLoader(yaml.SafeLoader):
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> _Mapping:
-        own = sum(key.tag != "tag:yaml.org,2002:merge" for key, _ in node.value)
-        self.flatten_mapping(node)  # merge keys ('<<'): their pairs now come first
-        merged = len(node.value) - own
-        mapping = _Mapping(line=node.start_mark.line + 1)
-        written: set[Any] = set()  # keys written in this mapping itself (they override merged ones)
-        for i, (key_node, value_node) in enumerate(node.value):
-            line = key_node.start_mark.line + 1
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise SweepFileError(self.name, line, "a key must be a plain name, not a list or mapping")
-            key = self.construct_object(key_node, deep=True)
-            if i >= merged:
-                if key in written:
-                    raise SweepFileError(self.name, line, f"duplicate key {short_repr(key)}")
-                written.add(key)
-            mapping.lines[key] = line
-            mapping[key] = self.construct_object(value_node, deep=True)
-        return mapping
-
-    def construct_sequence(self, node: yaml.SequenceNode, deep: bool = False) -> _Sequence:
-        sequence = _Sequence((self.construct_object(child, deep=True) for child in node.value),
-                             line=node.start_mark.line + 1)
-        sequence.lines = [child.start_mark.line + 1 for child in node.value]
-        return sequence
-
-
-# SafeLoader builds maps and lists in two steps (yield an empty one, fill it later);
-# building them in one step keeps our subclasses and their line numbers.
-_LineLoader.add_constructor("tag:yaml.org,2002:map", lambda loader, node: loader.construct_mapping(node))
-_LineLoader.add_constructor("tag:yaml.org,2002:seq", lambda loader, node: loader.construct_sequence(node))
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise SweepFileError(path, 1, f"cannot read sweep file: {error.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = raw[:error.start].count(b"\n") + 1
-        raise SweepFileError(path, line, f"not UTF-8 text: byte {raw[error.start]:#04x} at offset {error.start}") from None
-    loader = None
-    try:
-        loader = _LineLoader(text)  # the reader checks for control characters here
-        loader.name = str(path)
-        return loader.get_single_data()
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        line = mark.line + 1 if mark is not None else 1
-        raise SweepFileError(path, line, f"invalid YAML: {error.problem or error}") from None
-    except yaml.reader.ReaderError as error:  # a control character, found before any parsing
-        line = text[:error.position].count("\n") + 1
-        raise SweepFileError(path, line, f"invalid YAML: character {error.character!r} is not allowed") from None
-    except RecursionError:
-        raise SweepFileError(path, 1, "invalid YAML: nested too deeply") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
 
 
 # ---------------------------------------------------------------- the validated study
@@ -217,122 +123,6 @@ def training_settings(trial: dict[str, Any]) -> dict[str, Any]:
     return {key: trial[key] for key in schema.TRAINING_KEYS}
 
 
-@dataclass
-class _Entry:
-    """One compressor entry of the sweep: its value lists and where it was written."""
-
-    compressor: str
-    params: dict[str, list[Any]] = field(default_factory=dict)
-    algorithms: list[Any] = field(default_factory=list)
-    workload: dict[str, list[Any]] = field(default_factory=dict)
-    where: str = "baselines"
-    line: int = 1
-    # The line of each of its workload settings.
-    lines: dict[str, int] = field(default_factory=dict)
-    # Whether the file writes it (not a baseline the sweep adds, nor the default compressor of a file without one).
-    written: bool = True
-
-
-class _Checker:
-    """Validation helpers that know the file, so every error carries file and line."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def fail(self, line: int, message: str) -> SweepFileError:
-        return SweepFileError(self.path, line, message)
-
-    def mapping(self, value: Any, where: str, line: int) -> _Mapping:
-        if value is None:  # an empty section ('cluster:' with nothing under it)
-            return _Mapping(line=line)
-        if not isinstance(value, _Mapping):
-            raise self.fail(line, f"{where} must be a mapping of keys to values, got {_short(value)}")
-        return value
-
-    def keys(self, mapping: _Mapping, valid: Iterable[str], where: str,
-             hints: dict[str, str] | None = None) -> None:
-        valid = list(valid)
-        for key, line in mapping.lines.items():
-            if key in valid:
-                continue
-            if hints and key in hints:
-                raise self.fail(line, f"key {_short(key)} is not allowed in {where}: {hints[key]}")
-            close = difflib.get_close_matches(str(key), valid, n=1)
-            suggestion = f" (did you mean {close[0]!r}?)" if close else f" (valid: {', '.join(valid)})"
-            raise self.fail(line, f"unknown key {_short(key)} in {where}{suggestion}")
-
-    def value(self, param: Param, value: Any, where: str, line: int) -> Any:
-        if value is None and param.name in schema.TARGET_KEYS:  # null: the training loop's "no target"
-            raise self.fail(line, f"{where} is null: a sweep needs a target, target: {{metric: NAME, value: V}} "
-                                  "or target_accuracy: V, with a value")
-        value = param.read(value)
-        problem = param.problem(value)
-        if problem:
-            raise self.fail(line, f"{where} {problem}, got {_short(value)}")
-        return param.check(where, value)
-
-    def section(self, mapping: _Mapping, params: Iterable[Param], where: str,
-                hints: dict[str, str] | None = None) -> dict[str, Any]:
-        params = list(params)
-        self.keys(mapping, [p.name for p in params], where, hints)
-        return {
-            p.name: self.value(p, mapping[p.name], f"{where}.{p.name}", mapping.lines[p.name])
-            if p.name in mapping else p.default
-            for p in params
-        }
-
-    def axis(self, param: Param, raw: Any, where: str, line: int) -> list[Any]:
-        """A grid axis: a list of values, or one value (a list-valued setting needs a list of lists)."""
-        if isinstance(raw, _Sequence):
-            if not raw:
-                raise self.fail(line, f"{where} is an empty list")
-            return [self.value(param, v, f"{where}[{i}]", raw.lines[i]) for i, v in enumerate(raw)]
-        return [self.value(param, raw, where, line)]
-
-    def compressor_entry(self, raw: Any, where: str, line: int) -> _Entry:
-        import compressors
-
-        entry = _Mapping({"name": raw}, line=line) if isinstance(raw, str) else self.mapping(raw, where, line)
-        names = compressors.names()  # with those the sweep's imports registered
-        if "name" not in entry:
-            raise self.fail(entry.line, f"{where} needs a 'name' (one of {', '.join(names)})")
-        name = entry["name"]
-        if name not in names:
-            close = difflib.get_close_matches(str(name), names, n=1)
-            suggestion = f" (did you mean {close[0]!r}?)" if close else ""
-            raise self.fail(entry.lines["name"], f"unknown compressor {_short(name)} in {where}{suggestion}; "
-                                                 f"valid: {', '.join(names)}")
-        declared = {p.name: p for p in compressors.params_of(name) if p.name != "seed"}
-        hints = {p: f"compressor {name!r} has no parameter {p!r}" for p in schema.compressor_param_names()
-                 if p not in declared}
-        hints["seed"] = "the seed is a sweep axis"
-        workload_keys = {p.name for p in schema.WORKLOAD}
-        for key in workload_keys - set(declared):
-            hints[key] = f"a workload setting; write it under '{where}.workload'"
-        valid_algorithms = schema.algorithms(name)
-        if not valid_algorithms:
-            hints["algorithm"] = f"{name!r} runs its own communication hook"
-        valid = ["name", *declared, *(["algorithm"] if valid_algorithms else []), "workload"]
-        self.keys(entry, valid, where, hints)
-        out = _Entry(name, where=where, line=entry.line)
-        for key, param in declared.items():
-            if key in entry:
-                out.params[key] = self.axis(param, entry[key], f"{where}.{key}", entry.lines[key])
-        if "algorithm" in entry:
-            choice = Param("algorithm", None, str, choices=valid_algorithms)
-            out.algorithms = self.axis(choice, entry["algorithm"], f"{where}.algorithm", entry.lines["algorithm"])
-        if "workload" in entry:
-            overrides = self.mapping(entry["workload"], f"{where}.workload", entry.lines["workload"])
-            self.keys(overrides, [p.name for p in schema.WORKLOAD], f"{where}.workload")
-            out.workload = {key: self.axis(schema.param(key), raw, f"{where}.workload.{key}", overrides.lines[key])
-                            for key, raw in overrides.items()}
-            out.lines = {key: overrides.lines[key] for key in overrides}
-        return out
-
-
-_short = short_repr  # no message grows with the input
-
-
 def _beside(sweep_path: Path, text: str, files: dict[str, str]) -> str:
     """``text`` with a relative ``.py`` file in it (an import, or FILE.py:FACTORY) made absolute against the
     sweep file's folder (where that folder is a results folder without the file: its kept copy); anything
@@ -352,7 +142,7 @@ def _beside(sweep_path: Path, text: str, files: dict[str, str]) -> str:
     return f"{path}{colon}{attr}"
 
 
-def _emulate(check: _Checker, cluster_map: _Mapping, sweep_map: _Mapping) -> dict[str, Any]:
+def _emulate(check: Checker, cluster_map: LineMapping, sweep_map: LineMapping) -> dict[str, Any]:
     """``cluster.emulate``, checked: hosts required, a bandwidth here or as a sweep axis (not both)."""
     line = cluster_map.lines["emulate"]
     emulate_map = check.mapping(cluster_map["emulate"], "cluster.emulate", line)
@@ -367,51 +157,76 @@ def _emulate(check: _Checker, cluster_map: _Mapping, sweep_map: _Mapping) -> dic
                                                        "keep one")
     return emulate
 
-def _sweep_name(check: _Checker, top: _Mapping) -> str:
+
+def _sweep_name(check: Checker, top: LineMapping) -> str:
     name = top.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
-        raise check.fail(top.lines.get("name", 1), f"name {schema.param('name').doc}, got {_short(name)}")
+        raise check.fail(top.lines.get("name", 1), f"name {schema.param('name').doc}, got {short_repr(name)}")
     return name
+
+
+def _axis_hints() -> dict[str, str]:
+    """Why a grid axis is not allowed outside 'sweep'."""
+    return {p.name: "it is a grid axis; put it under 'sweep'" for p in schema.AXES}
 
 
 def load_sweep(path: str | os.PathLike) -> Sweep:
     """Read, validate and expand a sweep file, or raise SweepFileError (file:line: message)."""
     path = Path(path)
-    check = _Checker(path)
-    top = check.mapping(_read_yaml(path), "the sweep file", 1)
+    check = Checker(path)
+    top = check.mapping(read_yaml(path), "the sweep file", 1)
     # A package beside the sweep file (`mylab.models:fn`) is found wherever the sweep runs from; installed
     # packages come first.
     folder = str(path.resolve().parent)
     if folder not in sys.path:
         sys.path.append(folder)
-    axis_names = [p.name for p in schema.AXES]
-    axis_hint = {key: "it is a grid axis; put it under 'sweep'" for key in axis_names}
-    check.keys(top, [*(p.name for p in schema.SWEEP), *_SECTIONS], "the sweep file", axis_hint)
+    check.keys(top, [*(p.name for p in schema.SWEEP), *_SECTIONS], "the sweep file", _axis_hints())
     for key in ("name", "workload"):
         if key not in top:
             raise check.fail(1, f"missing required key {key!r} in the sweep file")
     name = _sweep_name(check, top)
-    options = {p.name: top[p.name] for p in schema.SWEEP if p.name != "name" and p.name in top}
-    top_settings = {p.name: (check.value(p, options[p.name], p.name, top.lines[p.name]) if p.name in options
-                             else p.default) for p in schema.SWEEP if p.name != "name"}
     files: dict[str, str] = {}
-    if top_settings["imports"] is not None:
-        # Before anything is checked: a module may register a compressor the sweep names.
-        top_settings["imports"] = [_beside(path, text, files) for text in top_settings["imports"]]
-        try:
-            schema.import_modules(top_settings["imports"])
-        except ValueError as error:
-            raise check.fail(top.lines["imports"], str(error)) from None
+    options = _options(check, top, files)
     workload_map = check.mapping(top["workload"], "workload", top.lines["workload"])
     cluster_map = check.mapping(top.get("cluster"), "cluster", top.lines.get("cluster", 1))
     sweep_map = check.mapping(top.get("sweep"), "sweep", top.lines.get("sweep", 1))
-    workload = check.section(workload_map, schema.WORKLOAD, "workload", axis_hint)
+    workload = check.section(workload_map, schema.WORKLOAD, "workload", _axis_hints())
     cluster = check.section(cluster_map, schema.CLUSTER, "cluster")
     if cluster["emulate"] is not None:
         cluster["emulate"] = _emulate(check, cluster_map, sweep_map)
-    sweep_hints = {"compressor_params": "write a compressor's parameters in its entry under sweep.compressor"}
-    check.keys(sweep_map, [k for k in axis_names if k != "compressor_params"] + [p.name for p in schema.WORKLOAD],
-               "sweep", sweep_hints)
+    _check_sweep_keys(check, top, workload_map, sweep_map)
+    axes = {key: check.axis(schema.param(key), raw, f"sweep.{key}", sweep_map.lines[key])
+            for key, raw in sweep_map.items() if key != "compressor"}
+    entries = _entries(check, sweep_map, options["baselines"])
+    _check_grid(check, top, options, axes, entries, cluster["emulate"], sweep_map)
+    # Where each workload setting, sweep axis and cluster key is written, and the workload itself.
+    lines = {**{k: workload_map.lines[k] for k in workload_map}, **{k: sweep_map.lines[k] for k in sweep_map},
+             **{k: cluster_map.lines[k] for k in cluster_map}, "workload": top.lines["workload"]}
+    trials = _expand(check, {**workload, "imports": options["imports"]}, cluster, axes, entries, lines, files)
+    return Sweep(name, path, cluster, options["max_concurrent_trials"], trials, options["predictor_inputs"],
+                 options["preflight"], lines, files)
+
+
+def _options(check: Checker, top: LineMapping, files: dict[str, str]) -> dict[str, Any]:
+    """The sweep file's own settings (settings.SWEEP but its name), its imports made absolute and imported;
+    ``files`` gains the user's files they name."""
+    options = {p.name: check.value(p, top[p.name], p.name, top.lines[p.name]) if p.name in top else p.default
+               for p in schema.SWEEP if p.name != "name"}
+    if options["imports"] is not None:
+        # Before anything is checked: a module may register a compressor the sweep names.
+        options["imports"] = [_beside(check.path, text, files) for text in options["imports"]]
+        try:
+            schema.import_modules(options["imports"])
+        except ValueError as error:
+            raise check.fail(top.lines["imports"], str(error)) from None
+    return options
+
+
+def _check_sweep_keys(check: Checker, top: LineMapping, workload_map: LineMapping, sweep_map: LineMapping) -> None:
+    """The grid's axes are axes or workload settings, set in one place, and some section sets a target."""
+    hints = {"compressor_params": "write a compressor's parameters in its entry under sweep.compressor"}
+    axis_names = [p.name for p in schema.AXES if p.name != "compressor_params"]
+    check.keys(sweep_map, axis_names + [p.name for p in schema.WORKLOAD], "sweep", hints)
     if not {"target", "target_accuracy"} & {*workload_map, *sweep_map}:
         raise check.fail(top.lines["workload"], "missing required key 'target' (or its shorthand "
                                                 "'target_accuracy') in workload")
@@ -419,36 +234,39 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         if key in workload_map:
             raise check.fail(sweep_map.lines[key], f"{key!r} is set in both workload and sweep; keep one")
 
-    axes = {key: check.axis(schema.param(key), raw, f"sweep.{key}", sweep_map.lines[key])
-            for key, raw in sweep_map.items() if key != "compressor"}
+
+def _entries(check: Checker, sweep_map: LineMapping, baselines: bool) -> list[Entry]:
+    """The entries of sweep.compressor (fp32 where it has none), after the baselines the sweep adds."""
     raw_entries = sweep_map.get("compressor", "fp32")
-    if not isinstance(raw_entries, _Sequence):
-        raw_entries = _Sequence([raw_entries], line=sweep_map.lines.get("compressor", sweep_map.line))
+    if not isinstance(raw_entries, LineSequence):
+        raw_entries = LineSequence([raw_entries], line=sweep_map.lines.get("compressor", sweep_map.line))
     if not raw_entries:
         raise check.fail(raw_entries.line, "sweep.compressor is an empty list")
     entries = [check.compressor_entry(item, f"sweep.compressor[{i}]", raw_entries.lines[i])
                for i, item in enumerate(raw_entries)]
     if "compressor" not in sweep_map:
         entries[0].written = False
-    if top_settings["baselines"]:  # a baseline the file lists as it is, is not added twice
+    if baselines:  # a baseline the file lists as it is, is not added twice
         plain = {e.compressor for e in entries if not (e.params or e.algorithms or e.workload)}
-        entries = [_Entry(baseline, written=False) for baseline in schema.BASELINES if baseline not in plain] + entries
+        entries = [Entry(baseline, written=False) for baseline in schema.BASELINES if baseline not in plain] + entries
+    return entries
 
-    lines = {**{k: workload_map.lines[k] for k in workload_map}, **{k: sweep_map.lines[k] for k in sweep_map},
-             **{k: cluster_map.lines[k] for k in cluster_map}}
+
+def _check_grid(check: Checker, top: LineMapping, options: dict[str, Any], axes: dict[str, list[Any]],
+                entries: list[Entry], emulate: dict[str, Any] | None, sweep_map: LineMapping) -> None:
+    """The grid is no larger than max_trials, runs one trial at a time where it re-shapes the links, and
+    asks for no more workers than the emulated cluster holds."""
     size = math.prod(len(v) for v in axes.values()) * sum(
         math.prod(len(v) for v in (*e.params.values(), *e.workload.values())) * max(1, len(e.algorithms))
         for e in entries)
-    if size > top_settings["max_trials"]:
+    if size > options["max_trials"]:
         raise check.fail(top.lines.get("max_trials", top.lines.get("sweep", 1)),
-                         f"the grid has {size} trials, more than max_trials={top_settings['max_trials']}; "
+                         f"the grid has {size} trials, more than max_trials={options['max_trials']}; "
                          "raise max_trials to run it")
-    bandwidths = axes.get("bandwidth", [])
-    if len(bandwidths) > 1 and top_settings["max_concurrent_trials"] > 1:
+    if len(axes.get("bandwidth", [])) > 1 and options["max_concurrent_trials"] > 1:
         raise check.fail(top.lines["max_concurrent_trials"], "bandwidth is a sweep axis: the links are re-shaped "
                                                              "before each trial, so trials run one at a time; "
                                                              "set max_concurrent_trials: 1")
-    emulate = cluster["emulate"]
     slots = emulate["hosts"] * emulate["workers_per_host"] if emulate else None
     for workers in axes.get("num_workers", []):
         if slots is not None and workers > slots:
@@ -456,16 +274,12 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
                              f"num_workers {workers} is more than the {slots} workers the emulated cluster holds "
                              f"(cluster.emulate: {emulate['hosts']} hosts x {emulate['workers_per_host']} "
                              "workers_per_host)")
-    trials = _expand(check, {**workload, "imports": top_settings["imports"]}, cluster, axes, entries,
-                     {**lines, "workload": top.lines["workload"]}, files)
-    return Sweep(name, path, cluster, top_settings["max_concurrent_trials"], trials, top_settings["predictor_inputs"],
-                 top_settings["preflight"], {**lines, "workload": top.lines["workload"]}, files)
 
 
 # ---------------------------------------------------------------- grid expansion and names
 
 
-def _problem(check: _Checker, key: str, message: str, entry: _Entry, entries: list[_Entry],
+def _problem(check: Checker, key: str, message: str, entry: Entry, entries: list[Entry],
              lines: dict[str, int]) -> SweepFileError:
     """A trial's problem with setting ``key``, at the line that gave it its value: the entry's own workload, else
     the workload or a sweep axis. A value no line gave (the default) is reported where another entry sets it
@@ -505,61 +319,79 @@ def hierarchy_problem(trial: dict[str, Any], workers_per_host: int) -> str | Non
             f"num_workers that is a multiple of {per_host} (or at most {per_host}), or another algorithm")
 
 
-def _expand(check: _Checker, workload: dict[str, Any], cluster: dict[str, Any], axes: dict[str, list[Any]],
-            entries: list[_Entry], lines: dict[str, int], files: dict[str, str]) -> list[dict[str, Any]]:
-    """The grid's trials; ``lines``: where each workload setting and axis was written, and the workload itself;
-    ``files`` gains the user's files they name."""
+def _expand(check: Checker, workload: dict[str, Any], cluster: dict[str, Any], axes: dict[str, list[Any]],
+            entries: list[Entry], lines: dict[str, int], files: dict[str, str]) -> list[dict[str, Any]]:
+    """The grid's trials, seed by seed; ``lines``: where each workload setting and axis was written, and the
+    workload itself; ``files`` gains the user's files they name."""
     top_algorithms = axes.pop("algorithm", [])
     trials, seen = [], set()
     for entry in entries:
-        param_axes = list(entry.params.items())
-        for param_values in itertools.product(*(values for _, values in param_axes)):
-            given = dict(zip((k for k, _ in param_axes), param_values))
-            try:  # parameters valid one by one may still clash together
-                params = schema.compressor_params_of(entry.compressor, given)
-            except ValueError as error:
-                raise check.fail(entry.line, f"{entry.where}: {error}") from None
-            algorithms = entry.algorithms or [a for a in top_algorithms if a in schema.algorithms(entry.compressor)]
-            for algorithm in algorithms or [schema.default_algorithm(entry.compressor)]:
-                for override_values in itertools.product(*entry.workload.values()):
-                    overrides = dict(zip(entry.workload, override_values))
-                    for axis_values in itertools.product(*axes.values()):
-                        settings = {
-                            "compressor": entry.compressor,
-                            "compressor_params": params,
-                            "algorithm": algorithm,
-                            "num_workers": schema.param("num_workers").default,
-                            "seed": schema.param("seed").default,
-                            **{k: cluster[k] for k in ("use_gpu", "backend")},
-                            "bandwidth": cluster["emulate"]["bandwidth"] if cluster["emulate"] else None,
-                            **workload,
-                            **dict(zip(axes, axis_values)),
-                            **overrides,
-                        }
-                        settings = {key: settings[key] for key in schema.TRIAL_KEYS}
-                        for key in ("model", "dataset"):  # a file is named relative to the sweep file
-                            settings[key] = _beside(check.path, settings[key], files)
-                        data_dir = settings["data_dir"]
-                        if data_dir is not None:
-                            # Trials run elsewhere: they get ~ expanded here. A relative folder stays as
-                            # written (the runner joins it to this folder), so trial ids do not depend on
-                            # where the sweep runs.
-                            data_dir = settings["data_dir"] = os.path.expanduser(data_dir)
-                            if not Path(data_dir).is_dir():  # written in the entry's workload, or the file's
-                                line = entry.lines["data_dir"] if "data_dir" in overrides else lines["data_dir"]
-                                raise check.fail(line, f"data_dir {short_repr(data_dir, _PATH_LIMIT)} is not a folder here "
-                                                       f"(relative to {Path.cwd()})")
-                        for key, message in schema.relation_problems(settings):
-                            raise _problem(check, key, message, entry, entries, lines)
-                        problem = cluster["emulate"] and hierarchy_problem(settings,
-                                                                           cluster["emulate"]["workers_per_host"])
-                        if problem:
-                            raise check.fail(lines.get("num_workers", entry.line), problem)
-                        trial_id = trial_id_of(settings)
-                        if trial_id in seen:  # a baseline also listed, an axis a compressor ignores
-                            continue
-                        seen.add(trial_id)
-                        trials.append({"trial_id": trial_id, **settings})
+        for settings, overrides in _entry_settings(check, entry, workload, cluster, axes, top_algorithms):
+            for key in ("model", "dataset"):  # a file is named relative to the sweep file
+                settings[key] = _beside(check.path, settings[key], files)
+            _check_trial(check, settings, entry, overrides, entries, lines, cluster["emulate"])
+            trial_id = trial_id_of(settings)
+            if trial_id in seen:  # a baseline also listed, an axis a compressor ignores
+                continue
+            seen.add(trial_id)
+            trials.append({"trial_id": trial_id, **settings})
+    # Seed by seed: every configuration's first seed runs before any second one, so that a disturbance
+    # lasting a while shows as a difference between a configuration's runs, not between configurations.
+    seeds = list(dict.fromkeys(t["seed"] for t in trials))
+    trials.sort(key=lambda t: seeds.index(t["seed"]))
     names = config_labels([{**t, **t["compressor_params"]} for t in trials], schema.TRIAL_KEYS,
                           extra=("num_workers", "seed"))
     return [{"name": name, **trial} for name, trial in zip(names, trials)]
+
+
+def _entry_settings(check: Checker, entry: Entry, workload: dict[str, Any], cluster: dict[str, Any],
+                    axes: dict[str, list[Any]], top_algorithms: list[str]
+                    ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """The settings (settings.TRIAL_KEYS) of each trial of a compressor entry, with the entry's own workload
+    settings among them (``overrides``): its parameters crossed, then its algorithms, its workload settings
+    and the sweep's axes."""
+    param_axes = list(entry.params.items())
+    for param_values in itertools.product(*(values for _, values in param_axes)):
+        given = dict(zip((k for k, _ in param_axes), param_values))
+        try:  # parameters valid one by one may still clash together
+            params = schema.compressor_params_of(entry.compressor, given)
+        except ValueError as error:
+            raise check.fail(entry.line, f"{entry.where}: {error}") from None
+        algorithms = entry.algorithms or [a for a in top_algorithms if a in schema.algorithms(entry.compressor)]
+        for algorithm in algorithms or [schema.default_algorithm(entry.compressor)]:
+            for override_values in itertools.product(*entry.workload.values()):
+                overrides = dict(zip(entry.workload, override_values))
+                for axis_values in itertools.product(*axes.values()):
+                    settings = {
+                        "compressor": entry.compressor,
+                        "compressor_params": params,
+                        "algorithm": algorithm,
+                        "num_workers": schema.param("num_workers").default,
+                        "seed": schema.param("seed").default,
+                        **{k: cluster[k] for k in ("use_gpu", "backend")},
+                        "bandwidth": cluster["emulate"]["bandwidth"] if cluster["emulate"] else None,
+                        **workload,
+                        **dict(zip(axes, axis_values)),
+                        **overrides,
+                    }
+                    yield {key: settings[key] for key in schema.TRIAL_KEYS}, overrides
+
+
+def _check_trial(check: Checker, settings: dict[str, Any], entry: Entry, overrides: dict[str, Any],
+                 entries: list[Entry], lines: dict[str, int], emulate: dict[str, Any] | None) -> None:
+    """A trial's data_dir is a folder here (``~`` expanded in ``settings``), its settings agree with each
+    other, and the emulated cluster can run its algorithm."""
+    data_dir = settings["data_dir"]
+    if data_dir is not None:
+        # Trials run elsewhere: they get ~ expanded here. A relative folder stays as written (the runner joins
+        # it to this folder), so trial ids do not depend on where the sweep runs.
+        data_dir = settings["data_dir"] = os.path.expanduser(data_dir)
+        if not Path(data_dir).is_dir():  # written in the entry's workload, or the file's
+            line = entry.lines["data_dir"] if "data_dir" in overrides else lines["data_dir"]
+            raise check.fail(line, f"data_dir {short_repr(data_dir, _PATH_LIMIT)} is not a folder here "
+                                   f"(relative to {Path.cwd()})")
+    for key, message in schema.relation_problems(settings):
+        raise _problem(check, key, message, entry, entries, lines)
+    problem = emulate and hierarchy_problem(settings, emulate["workers_per_host"])
+    if problem:
+        raise check.fail(lines.get("num_workers", entry.line), problem)

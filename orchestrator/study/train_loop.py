@@ -2,12 +2,14 @@
 
 ``train(config, report)`` builds the workload (a built-in, torchvision's, or
 the user's own model and data: workloads.catalog), wraps the model in DDP and
-attaches the compressor as its communication hook (fp32 over allreduce, the
-baseline, is plain DDP: no hook), trains, evaluates on the test set after
-every epoch (and every ``eval_every_steps`` steps until the target is reached,
-for the step of the first crossing), and calls ``report(metrics)``
-with the epoch's columns (orchestrator.study.columns.EPOCH, each reduced over
-steps and ranks as it is declared there). It runs three ways with the same code:
+attaches the compressor as its communication hook (orchestrator.study.ddp_setup;
+fp32 over allreduce, the baseline, is plain DDP: no hook), trains, timing each
+step (orchestrator.study.step_timer), evaluates on the test set after every
+epoch (orchestrator.study.evaluation; and every ``eval_every_steps`` steps until
+the target is reached, for the step of the first crossing), and calls
+``report(metrics)`` with the epoch's columns (orchestrator.study.columns.EPOCH,
+each reduced over steps and ranks as it is declared there). It runs three ways
+with the same code:
 
 - in-process, one worker: ``python -m orchestrator.study.train_loop --compressor qsgd --compressor_params '{bits: 4}'``
 - under torchrun: ``torchrun --nproc-per-node 2 -m orchestrator.study.train_loop --compressor qsgd``
@@ -24,105 +26,27 @@ import itertools
 import json
 import math
 import os
-import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 import yaml
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 import workloads
 from compressors.comm import accounting
-from compressors import ddp, owns_momentum
-from compressors.comm.stats import StepStats
-from compressors.comm.topology import Topology, discover
-from compressors.ddp.step_clock import StepClock
 
-from . import columns, env_info, settings, stability
-from .cuda_events import EventClock
+from . import columns, ddp_setup, env_info, evaluation, settings, stability
+from .evaluation import task_loss
 
 Report = Callable[[dict[str, Any]], None]
-EVAL_BATCH = 1000  # samples per forward pass when evaluating an in-memory classification split
 
 
 class SettingError(ValueError):
     """A setting that the built workload shows to be invalid (a target metric the dataset's task has no
     value of), found before the first step: the command line's usage error, as the settings it checks."""
-
-
-def _backend(config: dict[str, Any]) -> str:
-    return config["backend"] if config["backend"] != "auto" else ("nccl" if config["use_gpu"] else "gloo")
-
-
-def _setup_distributed(config: dict[str, Any], threads: int | None) -> tuple[int, int, torch.device, bool]:
-    """Join the process group (torchrun's env, or Ray's already-made group), or make a one-process
-    group so that one worker runs the same DDP hook as many; pick the device and, on CPUs, the torch
-    threads (``threads``, else the cores over the workers on this machine).
-
-    Returns rank, world, device and whether this call made the group (and must destroy it).
-    """
-    use_gpu = bool(config["use_gpu"])
-    made = False
-    if not dist.is_initialized():
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            dist.init_process_group(_backend(config))
-        else:  # an in-memory store: nothing listens on a port
-            dist.init_process_group(_backend(config), store=dist.HashStore(), rank=0, world_size=1)
-            made = True
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if use_gpu:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-        # Workers sharing one machine's cores would otherwise oversubscribe them.
-        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local))
-    return rank, world, device, made
-
-
-def _comm_hook(config: dict[str, Any], compressor: str, algorithm: str | None, params: dict[str, Any],
-               topology: Topology, impl: str = "auto") -> Any:
-    return ddp.comm_hook(compressor, algorithm, min_compress_numel=config["min_compress_numel"],
-                         seed=config["seed"], impl=impl, overlap=config["overlap"], topology=topology,
-                         intra=config["intra"] or "fp32", inter=config["inter"] or "sra",
-                         momentum=_momentum(config) if owns_momentum(compressor) else None, **params)
-
-
-def _momentum(config: dict[str, Any]) -> float:
-    """The trial's SGD momentum (null: 0.9): the optimizer's, or the memory's of a method that keeps it (DGC)."""
-    return 0.9 if config["momentum"] is None else config["momentum"]
-
-
-def _plain_ddp(config: dict[str, Any]) -> bool:
-    """fp32 over allreduce is what users run: DDP with no hook, its bucketed all_reduce overlapped."""
-    return config["compressor"] == "fp32" and config["algorithm"] in (None, "allreduce")
-
-
-class _PlainDDP:
-    """The statistics of plain DDP, which has no hook to count them: the bytes of its ring all_reduces of
-    every gradient in fp32 (``accounting``); its collectives' own time is not observable (NaN: the
-    tables leave it empty)."""
-
-    def __init__(self, grad_numel: int, world: int) -> None:
-        self.bytes_sent = accounting.ring_allreduce_bytes(4 * grad_numel, world)
-        self.numel = grad_numel
-        self.history: list[StepStats] = []
-
-    def end_step(self) -> None:
-        self.history.append(StepStats(bytes_sent=self.bytes_sent, comm_s=math.nan, numel=self.numel))
-
-
-def _optimizer(config: dict[str, Any], params) -> torch.optim.Optimizer:
-    name, lr, wd = config["optimizer"], config["lr"], config["weight_decay"]
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
-    # A method that keeps the momentum in its memory (DGC's momentum correction) gets SGD without.
-    momentum = 0.0 if owns_momentum(config["compressor"]) else _momentum(config)
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=wd)
 
 
 class _Aggregate:
@@ -139,12 +63,6 @@ class _Aggregate:
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=self._OPS[op])
         return t.tolist()
-
-
-def task_loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Cross-entropy of logits [..., classes] against targets [...]: a label per sample (classification) or
-    the next token at every position (a language model), in nats per target."""
-    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction=reduction)
 
 
 def _batches(train: workloads.Split | Dataset, rank: int, world: int, epoch: int, config: dict[str, Any],
@@ -165,52 +83,6 @@ def _batches(train: workloads.Split | Dataset, rank: int, world: int, epoch: int
     yield from itertools.islice(loader, steps)
 
 
-def _evaluate(model: torch.nn.Module, data: workloads.DatasetPair, rank: int, world: int, device: torch.device,
-              aggregate: _Aggregate, config: dict[str, Any]) -> dict[str, float | None]:
-    """test_accuracy, test_loss and test_perplexity (a language model's; None otherwise) on the test set's
-    first eval_samples (all of it by default), each rank taking every world-th sample."""
-    test = data.test
-    count = len(test) if config["eval_samples"] is None else min(config["eval_samples"], len(test))
-    if isinstance(test, workloads.Split):
-        per_pass = EVAL_BATCH if data.task == workloads.CLASSIFICATION else config["batch_size"]
-        x_all, y_all = test.x[rank:count:world], test.y[rank:count:world]
-        batches = ((x_all[i:i + per_pass], y_all[i:i + per_pass]) for i in range(0, len(y_all), per_pass))
-    else:
-        batches = DataLoader(Subset(test, range(rank, count, world)), batch_size=config["batch_size"],
-                             num_workers=config["loader_workers"], pin_memory=device.type == "cuda")
-    model.eval()
-    correct, loss_sum, targets = 0.0, 0.0, 0.0
-    with torch.no_grad():
-        for x, y in batches:
-            x, y = x.to(device), y.to(device)
-            out = model(x)
-            loss_sum += float(task_loss(out, y, "sum"))
-            correct += float((out.argmax(-1) == y).sum())
-            targets += y.numel()
-    model.train()
-    correct, loss_sum, targets = aggregate([correct, loss_sum, targets], "sum")
-    loss = loss_sum / targets
-    perplexity = float(torch.tensor(loss, dtype=torch.float64).exp()) if data.task == workloads.LANGUAGE_MODEL \
-        else None
-    return {"test_accuracy": correct / targets, "test_loss": loss, "test_perplexity": perplexity}
-
-
-def _constant_accuracy(data: workloads.DatasetPair, config: dict[str, Any]) -> float | None:
-    """The test accuracy of always predicting the most frequent class: what chance means here; None where
-    the test set does not say without reading every sample, and for a language model, whose next-token
-    accuracy says little of its learning (its loss does)."""
-    test = data.test
-    if data.task == workloads.LANGUAGE_MODEL:
-        return None
-    if isinstance(test, workloads.Split):
-        y = test.y[:config["eval_samples"]].reshape(-1)
-        return float(torch.bincount(y).max()) / y.numel()
-    if hasattr(test, "targets"):  # torchvision's ImageFolder
-        y = torch.as_tensor(test.targets)[:config["eval_samples"]]
-        return float(torch.bincount(y).max()) / y.numel()
-    return None
-
-
 def train(config: dict[str, Any], report: Report | None = None, threads: int | None = None,
           started: Callable[[], None] | None = None) -> dict[str, Any]:
     """Train one configuration; returns ``{status, reason, model_summary, sources, final, history,
@@ -224,7 +96,7 @@ def train(config: dict[str, Any], report: Report | None = None, threads: int | N
     first training step is done (the launcher's start-up limit ends there).
     """
     config = settings.check_training(config)
-    rank, world, device, made_group = _setup_distributed(config, threads)
+    rank, world, device, made_group = ddp_setup.setup_distributed(config, threads)
     try:
         return _train(config, report, rank, world, device, started)
     finally:
@@ -232,157 +104,198 @@ def train(config: dict[str, Any], report: Report | None = None, threads: int | N
             dist.destroy_process_group()
 
 
-def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
-           device: torch.device, started: Callable[[], None] | None) -> dict[str, Any]:
-    aggregate = _Aggregate(world, device)
+def _dataset(config: dict[str, Any]) -> workloads.DatasetPair:
+    """The run's dataset; ValueError where a split has no samples."""
     data = workloads.build_dataset(config["dataset"], data_dir=config["data_dir"], seed=config["seed"],
                                    **settings.dataset_options_of(config))
     for name, split in (("training", data.train), ("test", data.test)):
         if len(split) == 0:  # no step, or no evaluation, would follow
             raise ValueError(f"dataset {config['dataset']}: the {name} split has no samples")
+    return data
+
+
+def _target(config: dict[str, Any], data: workloads.DatasetPair) -> tuple[str, float] | None:
+    """The target (metric, value), checked against the dataset's task."""
     target = settings.target_of(config)
     # A factory's task is known now (a built-in's was checked with the settings).
     problem = target and settings.target_task_problem(target[0], config["dataset"], data.task)
     if problem:
         raise SettingError(f"setting target: {problem}")
-    torch.manual_seed(config["seed"])  # identical initial weights on every rank
-    model = workloads.build_model(config["model"], data.input_shape, data.num_classes,
-                                  **settings.model_options_of(config)).to(device)
-    summary = workloads.model_summary(model, config["min_compress_numel"])
-    # Which host each rank runs on: what crosses hosts (bytes_inter), and the hierarchical algorithm's levels.
-    topology = discover()
+    return target
+
+
+def _steps_per_epoch(config: dict[str, Any], samples: int, world: int) -> int:
+    """Each rank's steps an epoch: its share of the ``samples`` in batches, at most max_steps_per_epoch."""
+    steps = math.ceil(math.ceil(samples / world) / config["batch_size"])
+    return min(steps, config["max_steps_per_epoch"]) if config["max_steps_per_epoch"] else steps
+
+
+@dataclass
+class _Run:
+    """What the loop carries from step to step and epoch to epoch."""
+
+    config: dict[str, Any]
+    data: workloads.DatasetPair
+    rank: int
+    world: int
+    device: torch.device
+    setup: ddp_setup.Setup
+    aggregate: _Aggregate
+    target: tuple[str, float] | None
+    started: Callable[[], None] | None
+    train_time: float = 0.0  # of the epochs so far, the slowest rank's
+    global_step: int = 0
+    reached_at: float | None = None  # time_to_target_s
+    reached_step: int | None = None  # steps_to_target
+    world_steps: list[float] = field(default_factory=list)  # every step's time, the slowest rank's
+
+    def evaluate(self) -> dict[str, float | None]:
+        """The test set's metrics now."""
+        return evaluation.evaluate(self.setup.model, self.data, self.rank, self.world, self.device, self.aggregate,
+                                   self.config)
+
+    def note_target(self, tested: dict[str, float | None], at: float) -> None:
+        """Keep ``at`` (training seconds) and the step as the target's, where ``tested`` is its first crossing."""
+        if self.reached_at is None and self.target is not None and \
+                columns.reached(self.target[0], tested[self.target[0]], self.target[1]):
+            self.reached_at, self.reached_step = at, self.global_step
+
+
+@dataclass
+class _Seen:
+    """What an epoch's steps trained on, on this rank: the loss summed over targets, samples, targets."""
+
+    loss_sum: float = 0.0
+    samples: int = 0
+    targets: int = 0
+
+
+def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One training step on a batch on the device; returns its loss."""
+    setup = run.setup
+    setup.timer.start()
+    loss = task_loss(setup.model(x), y)
+    if run.config["force_nan_at_step"] == run.global_step:
+        loss = loss * math.nan
+    setup.optimizer.zero_grad(set_to_none=False)
+    loss.backward()
+    setup.timer.backward_done()
+    setup.optimizer.step()
+    setup.timer.step_done()
+    setup.hooks.end_step()
+    return loss
+
+
+def _train_epoch(run: _Run, epoch: int, steps: int) -> _Seen:
+    """This rank's ``steps`` steps of ``epoch``; until the target is reached, an evaluation every
+    ``eval_every_steps`` (default: ten an epoch) finds the step of its first crossing."""
+    every = run.config["eval_every_steps"] or math.ceil(steps / 10)
+    seen = _Seen()
+    run.setup.timer.new_epoch()
+    for step, (x, y) in enumerate(_batches(run.data.train, run.rank, run.world, epoch, run.config, steps,
+                                           run.device)):
+        x, y = x.to(run.device), y.to(run.device)
+        loss = _step(run, x, y)
+        seen.loss_sum += float(loss.detach()) * y.numel()
+        seen.samples += len(x)
+        seen.targets += y.numel()
+        run.global_step += 1
+        if run.global_step == 1 and run.started is not None:
+            run.started()
+        if run.target is not None and run.reached_at is None and run.global_step % every == 0 and step + 1 < steps:
+            # the slowest rank's time so far, as train_time_s
+            (elapsed,) = run.aggregate([math.fsum(run.setup.timer.step_times)], "max")
+            run.note_target(run.evaluate(), run.train_time + elapsed)
+    return seen
+
+
+def _epoch_metrics(run: _Run, epoch_number: int, hook: Any, first_stat: int, ticks: env_info.CpuTicks | None,
+                   seen: _Seen) -> dict[str, Any]:
+    """The epoch's columns (columns.EPOCH, each reduced over steps and ranks as declared there) but its status:
+    from the timer's steps, the hook's statistics from ``first_stat`` on, the CPU's ``ticks`` at the epoch's
+    start and what it trained on, then the test set's metrics. Adds the epoch to the run's training time and
+    steps, and notes the target where the test set's metrics cross it."""
+    timer, stats = run.setup.timer, hook.history[first_stat:]
+    inter = [s.bytes_inter for s in stats]  # every hook's statistics, and plain DDP's, count what crossed hosts
+    end_ticks = env_info.cpu_ticks()
+    step_times = timer.step_times
+    # Per step: its time, compute = time - exposed communication, and the hook's own phases.
+    local = columns.over_steps({
+        "train_time_s": step_times, "step_time_s": step_times,
+        "compute_s": [t - x for t, x in zip(step_times, timer.exposed)], "exposed_comm_s": timer.exposed,
+        "encode_s": [s.encode_s for s in stats], "comm_s": [s.comm_s for s in stats],
+        "decode_s": [s.decode_s for s in stats], "bytes_sent": [s.bytes_sent for s in stats],
+        "bytes_intra": [s.bytes_sent - x for s, x in zip(stats, inter)], "bytes_inter": inter,
+    })
+    local["cpu_steal_share"] = env_info.steal_share(ticks, end_ticks)
+    local["cpu_idle_share"] = env_info.idle_share(ticks, end_ticks)
+    local["load_avg"] = env_info.load_average()
+    local["cores"], local["threads"] = float(os.cpu_count() or math.nan), float(torch.get_num_threads())
+    # The world's steps: each the slowest rank's (a step ends when every rank's does).
+    run.world_steps += run.aggregate(step_times, "max")  # the ranks run as many steps
+    epoch = {**columns.reduce_over_ranks(local, run.aggregate), "epoch": epoch_number}
+    epoch_time = epoch["train_time_s"]
+    run.train_time += epoch_time
+    loss_sum, samples, targets = run.aggregate([seen.loss_sum, float(seen.samples), float(seen.targets)], "sum")
+    tested = run.evaluate()
+    run.note_target(tested, run.train_time)
+    epoch.update({
+        "train_time_s": run.train_time, **tested, "train_loss": loss_sum / max(targets, 1),
+        "samples_per_s": samples / max(epoch_time, 1e-12),
+        "compression_ratio": accounting.compression_ratio(run.setup.grad_numel, run.world, epoch["bytes_sent"]),
+        "time_to_target_s": run.reached_at, "steps_to_target": run.reached_step,
+    })
+    return epoch
+
+
+def _divergence(run: _Run, epoch: dict[str, Any], epoch_number: int) -> str | None:
+    """Why the training diverged in this epoch (a loss or a parameter not finite), or None."""
+    # The last step's update may overflow after its (finite) loss was taken: check what it left.
+    finite_params = bool(torch.stack([torch.isfinite(p).all() for p in run.setup.params]).all())
+    (finite_params,) = run.aggregate([float(finite_params)], "min")
+    train_loss, test_loss = epoch["train_loss"], epoch["test_loss"]
+    if not math.isfinite(train_loss) or not math.isfinite(test_loss):
+        which, value = ("train", train_loss) if not math.isfinite(train_loss) else ("test", test_loss)
+        return f"{which} loss became {value} in epoch {epoch_number}"
+    if not finite_params:
+        return f"a parameter became non-finite in epoch {epoch_number}"
+    return None
+
+
+def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
+           device: torch.device, started: Callable[[], None] | None) -> dict[str, Any]:
+    data = _dataset(config)
+    target = _target(config, data)
+    setup = ddp_setup.build(config, data, device)
     sources = workloads.sources(config["model"], config["dataset"], config["imports"] or ())
-
-    # DDP also with one worker: the compressor encodes and decodes every gradient, so its cost in
-    # accuracy shows, through the same hook as with many.
-    model = torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=config["bucket_cap_mb"])
-    params = list(model.module.parameters())
-    grad_numel = sum(p.numel() for p in params)
-    clock = StepClock(model.module)
-    events = EventClock(device)
-    if _plain_ddp(config):
-        plain = _PlainDDP(grad_numel, world)
-        warm = main = plain
-    else:
-        plain = None
-        main = _comm_hook(config, config["compressor"], config["algorithm"], config["compressor_params"], topology,
-                          config["impl"])
-        warm = _comm_hook(config, "fp32", None, {}, topology)
-        switch = ddp.HookSwitch(warm if config["warmup_epochs"] > 0 else main, clock)
-        switch.register(model, [warm, main])
-    optimizer = _optimizer(config, params)
-    samples_per_epoch = math.ceil(len(data.train) / world)
-
+    run = _Run(config, data, rank, world, device, setup, _Aggregate(world, device), target, started)
+    steps = _steps_per_epoch(config, len(data.train), world)
     history: list[dict[str, Any]] = []
-    world_steps: list[float] = []
-    status, reason, train_time, reached_at, reached_step = "ok", None, 0.0, None, None
-    global_step = 0
+    status, reason = "ok", None
     for epoch_number in range(1, config["epochs"] + 1):
         if config["fail_at_epoch"] == epoch_number:
             raise RuntimeError(f"fail_at_epoch={epoch_number}: failing on purpose")
-        hook = warm if epoch_number <= config["warmup_epochs"] else main
-        if plain is None:
-            switch.active = hook
-        steps = math.ceil(samples_per_epoch / config["batch_size"])
-        if config["max_steps_per_epoch"]:
-            steps = min(steps, config["max_steps_per_epoch"])
-        every = config["eval_every_steps"] or math.ceil(steps / 10)
-        step_times, exposed, loss_sum, samples, targets = [], [], 0.0, 0, 0
-        first_stat = len(hook.history)
-        ticks = env_info.cpu_ticks()
-        for step, (x, y) in enumerate(_batches(data.train, rank, world, epoch_number, config, steps, device)):
-            x, y = x.to(device), y.to(device)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            clock.start()
-            events.mark(start)
-            loss = task_loss(model(x), y)
-            if config["force_nan_at_step"] == global_step:
-                loss = loss * math.nan
-            optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-            backward_end = time.perf_counter()
-            exposed.append(clock.exposed_s(backward_end))
-            events.mark(backward_end)
-            optimizer.step()
-            events.mark(time.perf_counter())
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            step_times.append(time.perf_counter() - start)
-            events.end_step(step_times[-1])
-            if plain is not None:
-                plain.end_step()
-            loss_sum += float(loss.detach()) * y.numel()
-            samples += len(x)
-            targets += y.numel()
-            global_step += 1
-            if global_step == 1 and started is not None:
-                started()
-            if target is not None and reached_at is None and global_step % every == 0 and step + 1 < steps:
-                (elapsed,) = aggregate([math.fsum(step_times)], "max")  # the slowest rank's, as train_time_s
-                tested = _evaluate(model, data, rank, world, device, aggregate, config)
-                if columns.reached(target[0], tested[target[0]], target[1]):
-                    reached_at, reached_step = train_time + elapsed, global_step
-        stats = hook.history[first_stat:]
-        # A Reducer counts what crossed hosts; PyTorch's hooks and plain DDP run ring all_reduces, whose
-        # bytes go to the next rank.
-        counted = isinstance(hook, ddp.ReducerHookState)
-        inter = [s.bytes_inter if counted else s.bytes_sent * topology.inter_share_ring(rank) for s in stats]
-        end_ticks = env_info.cpu_ticks()
-        # Per step: its time, compute = time - exposed communication, and the hook's own phases.
-        per_step = {
-            "train_time_s": step_times, "step_time_s": step_times,
-            "compute_s": [t - x for t, x in zip(step_times, exposed)], "exposed_comm_s": exposed,
-            "encode_s": [s.encode_s for s in stats], "comm_s": [s.comm_s for s in stats],
-            "decode_s": [s.decode_s for s in stats], "bytes_sent": [s.bytes_sent for s in stats],
-            "bytes_intra": [s.bytes_sent - x for s, x in zip(stats, inter)], "bytes_inter": inter,
-        }
-        local = columns.over_steps(per_step)
-        local["cpu_steal_share"] = env_info.steal_share(ticks, end_ticks)
-        local["cpu_idle_share"] = env_info.idle_share(ticks, end_ticks)
-        local["load_avg"] = env_info.load_average()
-        local["cores"], local["threads"] = float(os.cpu_count() or math.nan), float(torch.get_num_threads())
-        # The world's steps: each the slowest rank's (a step ends when every rank's does).
-        world_steps += aggregate(step_times, "max")  # the ranks run as many steps
-        epoch = {**columns.reduce_over_ranks(local, aggregate), "epoch": epoch_number}
-        epoch_time = epoch["train_time_s"]
-        train_time += epoch_time
-        loss_sum, samples, targets = aggregate([loss_sum, float(samples), float(targets)], "sum")
-        train_loss = loss_sum / max(targets, 1)
-        tested = _evaluate(model, data, rank, world, device, aggregate, config)
-        test_loss = tested["test_loss"]
-        if reached_at is None and target is not None and columns.reached(target[0], tested[target[0]], target[1]):
-            reached_at, reached_step = train_time, global_step
-        # The last step's update may overflow after its (finite) loss was taken: check what it left.
-        finite_params = bool(torch.stack([torch.isfinite(p).all() for p in params]).all())
-        (finite_params,) = aggregate([float(finite_params)], "min")
-        if not math.isfinite(train_loss) or not math.isfinite(test_loss):
-            which, value = ("train", train_loss) if not math.isfinite(train_loss) else ("test", test_loss)
-            status, reason = "diverged", f"{which} loss became {value} in epoch {epoch_number}"
-        elif not finite_params:
-            status, reason = "diverged", f"a parameter became non-finite in epoch {epoch_number}"
-        epoch.update({
-            "train_time_s": train_time, **tested, "train_loss": train_loss,
-            "samples_per_s": samples / max(epoch_time, 1e-12),
-            "compression_ratio": accounting.compression_ratio(grad_numel, world, epoch["bytes_sent"]),
-            "time_to_target_s": reached_at, "steps_to_target": reached_step,
-            "status": "running" if status == "ok" and epoch_number < config["epochs"] else status,
-        })
+        hook = setup.hooks.for_epoch(epoch_number, config["warmup_epochs"])
+        first_stat, ticks = len(hook.history), env_info.cpu_ticks()
+        seen = _train_epoch(run, epoch_number, steps)
+        epoch = _epoch_metrics(run, epoch_number, hook, first_stat, ticks, seen)
+        diverged = _divergence(run, epoch, epoch_number)
+        if diverged is not None:
+            status, reason = "diverged", diverged
+        epoch["status"] = "running" if status == "ok" and epoch_number < config["epochs"] else status
         metrics = {c.name: epoch[c.name] for c in columns.EPOCH}
         history.append(metrics)
         if status == "ok" and epoch_number == config["epochs"]:
-            reason = stability.unstable_reason(history, _constant_accuracy(data, config))
+            reason = stability.unstable_reason(history, evaluation.constant_accuracy(data, config))
             if reason is not None:
                 status = metrics["status"] = "unstable"
         if report is not None:
             report(metrics)
         if status == "diverged":
             break
-    return {"status": status, "reason": reason, "model_summary": summary, "sources": sources,
-            "final": history[-1] if history else {}, "history": history, "cuda_events": events.summary(),
-            "step_times_s": world_steps}
+    return {"status": status, "reason": reason, "model_summary": setup.summary, "sources": sources,
+            "final": history[-1] if history else {}, "history": history,
+            "cuda_events": setup.timer.events.summary(), "step_times_s": run.world_steps}
 
 
 def _flag_type(key: str) -> Callable[[str], Any]:

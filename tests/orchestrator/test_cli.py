@@ -1,6 +1,7 @@
 """The command line (orchestrator/cli.py): ``validate`` and ``run`` refusing a sweep file (the exit status,
-the located message), ``validate`` and ``run --dry_run`` in a fresh interpreter (no Ray imported), and the
-outcome printed before any trial finished. Each subcommand's own behaviour is tested with the code it runs.
+the located message), ``validate`` and ``run --dry_run`` in a fresh interpreter (no Ray imported), the help
+texts as a terminal shows them, and the outcome printed before any trial finished. Each subcommand's own
+behaviour is tested with the code it runs.
 """
 from __future__ import annotations
 
@@ -50,6 +51,18 @@ def test_validate_and_dry_run_list_trials_without_importing_ray(fresh):
     assert stdout.count("t: 4 trials") == 2
     assert stdout.count("fp16 num_workers=2 seed=0") == 2
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("command", [[], ["validate"], ["run"], ["export"], ["predict"], ["advise"], ["cluster"],
+                                     ["cluster", "up"], ["cluster", "shape"], ["cluster", "exec"]])
+def test_help_reads_as_a_terminal_shows_it(command, capsys):
+    from orchestrator.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: lowprec") and "`" not in text  # no markup of the docs' sources
 
 
 def test_no_summary_is_printed_before_any_trial_finished(tmp_path, capsys):

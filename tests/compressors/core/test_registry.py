@@ -167,4 +167,9 @@ def test_registration_checks_docs_and_examples():
         _define("badvalue", free, params=(Param("x", 1, int, low=1, doc="a doc"),), examples=({"x": 0},))
     with pytest.raises(registry.RegistrationError, match="at least one parameter set"):
         _define("noexamples", free, examples=())
-    assert not {"nodoc", "badexample", "badvalue", "noexamples"} & set(C.COMPRESSORS)
+    with pytest.raises(registry.RegistrationError, match=r"algorithm_choices must name some of \['allgather', "
+                                                         r"'sra', 'hierarchical'\], its default 'sra' included"):
+        _define("badchoices", free, algorithm_choices=("allgather",))
+    with pytest.raises(registry.RegistrationError, match="algorithm_choices must name some of"):
+        _define("badchoices", free, algorithm_choices=("sra", "allreduce"))
+    assert not {"nodoc", "badexample", "badvalue", "noexamples", "badchoices"} & set(C.COMPRESSORS)

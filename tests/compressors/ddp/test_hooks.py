@@ -1,13 +1,17 @@
 """The DDP communication hooks in one process (compressors/ddp/hooks.py): invalid hooks name the valid
-choices, ``comm_hook`` picks the state for the method and passes its options on, a ``HookSwitch``
-starts with any state. Training through them: test_training.py, test_overlap.py.
+choices (the Reducer's checks, for PowerSGD too), ``comm_hook`` picks the state for the method and passes
+its options on, every state resumes from its own checkpoint, plain DDP is counted without a hook, a
+``HookSwitch`` starts with any state. Training through them: test_training.py, test_overlap.py.
 """
 from __future__ import annotations
+
+import math
 
 import pytest
 
 import compressors as C
 from compressors import ddp
+from compressors.comm.topology import Topology
 
 
 def test_invalid_hooks_name_the_valid_choices():
@@ -52,3 +56,45 @@ def test_hook_switch_starts_with_any_state_and_checks_later_ones():
     switch = ddp.HookSwitch(warm)
     switch.active = main  # not registered yet: nothing to check against
     assert switch.active is main
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"impl": "numba"}, "has no Numba kernels: use impl 'reference' or 'auto'"),
+    ({"impl": "bogus"}, "impl must be one of auto, reference, numba, cuda, got 'bogus'"),
+    ({"intra": "fp8"}, r"intra must be one of \['fp32', 'fp16', 'bf16'\]"),
+    ({"min_compress_numel": -1}, r"min_compress_numel=-1 is invalid"),
+    ({"momentum": 0.9}, r"momentum is for a method that keeps it in its memory \(dgc\), not '.*': give it to the"),
+    ({"topology": Topology.flat(2)}, "the topology names 2 ranks; the group has 1"),
+])
+def test_powersgd_and_the_reducer_refuse_the_same_options_alike(given, message):
+    with pytest.raises(ValueError, match=f"powersgd.*{message}|{message}"):
+        ddp.comm_hook("powersgd", **given)
+    codec = "fp16" if "impl" in given else "qsgd"  # a codec without kernels for the impl case
+    with pytest.raises(ValueError, match=message):
+        C.Reducer(codec, **given)
+
+
+# PowerSGD's own state needs a process group to load: test_training.py resumes it.
+@pytest.mark.parametrize("name", ["fp32", "fp16", "qsgd"])
+def test_every_state_resumes_from_its_own_checkpoint(name):
+    saved = ddp.comm_hook(name)
+    state = saved.state_dict()
+    assert (state["compressor"], state["algorithm"], state["step"]) == (name, saved.algorithm, 0)
+    state["step"] = 7
+    fresh = ddp.comm_hook(name)
+    fresh.load_state_dict(state)
+    assert fresh.step == 7 and fresh.state_dict() == state
+    other = "bf16" if name != "bf16" else "fp16"
+    with pytest.raises(ValueError, match=f"{name}/{saved.algorithm} cannot be loaded into {other}/"):
+        ddp.comm_hook(other).load_state_dict(state)
+
+
+def test_plain_ddp_stats_count_every_gradient_once_per_step():
+    plain = ddp.PlainDDPStats(1000)
+    plain.end_step()
+    plain.end_step()
+    assert len(plain.history) == 2
+    assert all(s.numel == 1000 and s.bytes_sent == s.bytes_inter == 0.0 and math.isnan(s.comm_s)
+               for s in plain.history)  # one process: nothing is sent
+    with pytest.raises(ValueError, match="the topology names 2 ranks; the group has 1"):
+        ddp.PlainDDPStats(1000, topology=Topology.flat(2))

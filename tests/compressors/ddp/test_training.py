@@ -53,7 +53,7 @@ def _train(rank, run):
         with torch.no_grad():
             losses.append(float(F.cross_entropy(model(x), y)))
     params = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
-    history = None if state is None else [(s.bytes_sent, s.numel) for s in state.history]
+    history = None if state is None else [(s.bytes_sent, s.numel, s.bytes_inter) for s in state.history]
     extra = {}
     if run.startswith("powersgd"):
         extra["compression_stats"] = state.powersgd.compression_stats()
@@ -156,13 +156,15 @@ def test_ddp_history_has_one_stepstats_per_step(run, world):
     for r in ddp_run(run, world):
         hist = r["history"]
         assert len(hist) == DDP_STEPS
-        assert all(n == NUMEL for _, n in hist)
+        assert all(n == NUMEL for _, n, _ in hist)
+        # Every rank a host of its own (no topology given): whatever is sent crosses hosts, PyTorch's hooks too.
+        assert all(inter == b for b, _, inter in hist)
         if world == 1:  # nothing is sent
-            assert all(b == 0.0 for b, _ in hist)
+            assert all(b == 0.0 for b, _, _ in hist)
         elif run == "fp32":
-            assert all(b == pytest.approx(ring(4 * NUMEL, 2)) for b, _ in hist)
+            assert all(b == pytest.approx(ring(4 * NUMEL, 2)) for b, _, _ in hist)
         else:  # compressed: fewer bytes than fp32 once compression is on
-            assert all(b > 0 for b, _ in hist) and hist[-1][0] < ring(4 * NUMEL, 2)
+            assert all(b > 0 for b, _, _ in hist) and hist[-1][0] < ring(4 * NUMEL, 2)
 
 
 @slow

@@ -1,6 +1,6 @@
-"""The emulated cluster (orchestrator/cluster/emulation.py): what it refuses without root or with bad
-input, what its state file lets `down` touch, what `shape` records when it fails (any user: the
-namespaces are stand-in files, the kernel calls recorded); links, Ray and a trial (root).
+"""The emulated cluster (orchestrator/cluster/emulation.py, procs.py, ray_nodes.py): what it refuses
+without root or with bad input, what its state file lets `down` touch, what `shape` records when it fails
+(any user: the namespaces are stand-in files, the kernel calls recorded); links, Ray and a trial (root).
 
 The root tests bring up 2 hosts of 2 workers each at 100mbit under their own prefix
 and subnet (``lpt``, 198.18.7.0/24), so a cluster of the user's is left alone, run
@@ -26,7 +26,7 @@ import pytest
 
 from compressors.core.params import rate_bps
 from orchestrator import cli
-from orchestrator.cluster import calibrate, emulation, netns
+from orchestrator.cluster import calibrate, emulation, netns, procs, ray_nodes
 from orchestrator.cluster.netns import NetworkError
 from orchestrator.study.records import read_records
 from tests.helpers import ROOT, write
@@ -102,8 +102,9 @@ def test_down_ends_only_recorded_processes_and_removes_only_recorded_namespaces(
     monkeypatch.setattr(netns, "problem", lambda: None)
     monkeypatch.setattr(netns, "processes",
                         lambda inodes: sorted(p for i in inodes for p in table.get(i, []) if p not in ended))
-    monkeypatch.setattr(emulation, "_marked", lambda pid, prefix: pid == 13 and prefix == "qaz", raising=False)
-    monkeypatch.setattr(emulation, "_signal", lambda pid, sig: ended.append(pid))
+    mark = (emulation.ENV_VAR, "qaz")
+    monkeypatch.setattr(procs, "marked", lambda pid, name, value: pid == 13 and (name, value) == mark)
+    monkeypatch.setattr(procs, "send", lambda pid, sig: ended.append(pid))
     monkeypatch.setattr(subprocess, "run", lambda argv, **kwargs: deleted.append(argv[-1]))
     assert cluster.processes() == [11, 13]
     assert emulation.down("qaz", log=lambda _: None) == 2
@@ -121,8 +122,8 @@ def test_down_ends_the_raylets_first_and_the_gcs_last_as_ray_stop_does(state_roo
     alive, signals = set(programs), []
     monkeypatch.setattr(netns, "problem", lambda: None)
     monkeypatch.setattr(netns, "processes", lambda inodes: sorted(alive))
-    monkeypatch.setattr(emulation, "_program", programs.get)
-    monkeypatch.setattr(emulation, "_signal", lambda pid, sig: (signals.append((programs[pid], sig)), alive.discard(pid)))
+    monkeypatch.setattr(procs, "program", programs.get)
+    monkeypatch.setattr(procs, "send", lambda pid, sig: (signals.append((programs[pid], sig)), alive.discard(pid)))
     monkeypatch.setattr(subprocess, "run", lambda argv, **kwargs: None)
     assert emulation.down("qaz", log=lambda _: None) == 5
     assert signals == [("raylet", signal.SIGTERM)] * 2 + [("python3.11", signal.SIGTERM)] * 2 + [
@@ -136,7 +137,8 @@ def test_the_cluster_mark_is_read_from_the_process_environment():
     try:
         # Until the child has run exec, /proc shows the environment it was forked with: this process's.
         assert marked.stdout.readline() == "up\n"
-        assert emulation._marked(marked.pid, "qaz") and not emulation._marked(marked.pid, "qa")
+        assert procs.marked(marked.pid, emulation.ENV_VAR, "qaz")
+        assert not procs.marked(marked.pid, emulation.ENV_VAR, "qa")
     finally:
         marked.kill()
         marked.wait()
@@ -151,7 +153,7 @@ def test_a_refused_sweep_start_leaves_the_running_sweeps_cluster_alone(state_roo
     recorded(emulation.SWEEP_PREFIX, 2, {}, owner_pid=running)
     touched = []
     monkeypatch.setattr(netns, "processes", lambda inodes: touched.append(inodes) or [])
-    monkeypatch.setattr(emulation, "_signal", lambda pid, sig: touched.append(pid))
+    monkeypatch.setattr(procs, "send", lambda pid, sig: touched.append(pid))
     path = write(tmp_path, "name: emu\nworkload: {target_accuracy: 0.5, epochs: 1}\nbaselines: false\n"
                            "cluster: {emulate: {hosts: 2, bandwidth: 1gbit}}\nsweep: {compressor: [fp32]}\n")
     handler = signal.getsignal(signal.SIGTERM)
@@ -283,10 +285,10 @@ def test_up_refuses_workers_per_host_out_of_range_before_anything_is_made(state_
 def test_each_hosts_ray_node_offers_workers_per_host_slots_and_a_cpu_for_each(state_root, monkeypatch):
     cluster = recorded("qaz", 2, {}, workers_per_host=3)
     started = []
-    monkeypatch.setattr(emulation, "_ray_binary", lambda: "ray")
+    monkeypatch.setattr(ray_nodes, "_ray_binary", lambda: "ray")
     monkeypatch.setattr(subprocess, "run", lambda argv, **kwargs: started.append(argv) or
                         subprocess.CompletedProcess(argv, 0, "", ""))
-    emulation._start_ray(cluster)
+    ray_nodes.start(cluster)
     offered = [(argv[argv.index("--num-cpus") + 1], argv[argv.index("--resources") + 1]) for argv in started]
     assert [argv[3] for argv in started] == ["qaz-h0", "qaz-h1"]
     # the head's one more CPU is for the Tune trial functions

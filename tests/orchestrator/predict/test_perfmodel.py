@@ -13,7 +13,7 @@ LINK = perfmodel.Link(bandwidth=1e6, latency=1e-3)  # 1 MB/s, 1 ms per message
 
 def test_collective_costs_follow_the_formulas():
     # ring: 2(p-1) alpha + 2(p-1)/p M/B + (p-1)/p M/R
-    assert perfmodel.ring_allreduce_s(4e6, 4, LINK, reduce_bps=1e9) == pytest.approx(6e-3 + 6.0 + 3e-3)
+    assert perfmodel.ring_allreduce_s(4e6, 4, LINK, reduction_rate=1e9) == pytest.approx(6e-3 + 6.0 + 3e-3)
     assert perfmodel.allgather_s(1e5, 4, LINK) == pytest.approx(3e-3 + 0.3)
     assert perfmodel.alltoall_s(3e5, 4, LINK) == pytest.approx(3e-3 + 0.3)
     for cost in (perfmodel.ring_allreduce_s(4e6, 1, LINK), perfmodel.allgather_s(1e5, 1, LINK),

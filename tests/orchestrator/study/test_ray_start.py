@@ -1,4 +1,4 @@
-"""Starting and joining Ray (orchestrator/study/runner.py): an address where no cluster answers fails at
+"""Starting and joining Ray (orchestrator/study/ray_session.py): an address where no cluster answers fails at
 once, in one line; Ctrl-C and SIGTERM while Ray starts wait for ray.init, then shut down what started and
 print the resume command; SIGTERM acts as Ctrl-C. No Ray starts but in the one slow test, which starts a local
 Ray and stops it with SIGTERM while it starts.
@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.study import runner
+from orchestrator.study import ray_session, runner
 from orchestrator.study.sweep_file import load_sweep
 from tests.helpers import ROOT, TINY_SWEEP, write
 
-# what _start_ray sets in the environment, put back after each test
-_SET = ("RAY_AIR_NEW_OUTPUT", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+# what start_ray sets in the environment, put back after each test
+_SET = ("RAY_AIR_NEW_OUTPUT", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE", "RAY_prestart_worker_first_driver",
+        "RAY_num_prestart_python_workers")
 
 
 @pytest.fixture
@@ -67,14 +68,14 @@ def test_joining_an_address_where_nothing_listens_exits_1_at_once_naming_it(tmp_
         assert main(argv) == 1
     assert capsys.readouterr().err == (f"error: cannot join the Ray cluster at {address} (--address; Ray connects "
                                        f"to {target}): nothing listens there (connection refused); {advice}\n")
-    with pytest.raises(runner.RayUnreachable, match=r"at 127\.0\.0\.1:70000 \(RAY_ADDRESS\): the port must be in "
-                                                    r"\[1, 65535\];"):
-        runner._check_answers("127.0.0.1:70000", "RAY_ADDRESS")
+    with pytest.raises(ray_session.RayUnreachable, match=r"at 127\.0\.0\.1:70000 \(RAY_ADDRESS\): the port must be "
+                                                         r"in \[1, 65535\];"):
+        ray_session._check_answers("127.0.0.1:70000", "RAY_ADDRESS")
 
 
 def test_sigterm_acts_as_ctrl_c(monkeypatch):
     before = signal.getsignal(signal.SIGTERM)
-    restore = runner._sigterm_as_ctrl_c()
+    restore = ray_session.sigterm_as_ctrl_c()
     try:
         with pytest.raises(KeyboardInterrupt):  # Python's own Ctrl-C handler
             os.kill(os.getpid(), signal.SIGTERM)
@@ -105,20 +106,36 @@ def test_an_interrupt_while_ray_starts_waits_for_ray_init_then_shuts_ray_down(mo
     monkeypatch.setitem(sys.modules, "ray", fake)
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt):
-        runner._start_ray(None)
+        ray_session.start_ray(None)
     assert calls == ["init", "shutdown"]  # ray.init ran to its end; then what it started was shut down
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
     fake, calls = _fake_ray(lambda: None)
     monkeypatch.setitem(sys.modules, "ray", fake)
-    runner._start_ray(None)
+    ray_session.start_ray(None)
     assert calls == ["init"]
+
+
+def test_a_local_ray_starts_quietly_asking_for_token_authentication_by_name(monkeypatch, environment):
+    # Ray 2.60 turns token authentication on for a new local cluster, and warns that it did unless asked
+    import logging
+
+    started = []
+    fake = types.SimpleNamespace(init=lambda **kwargs: started.append((kwargs, os.environ.get("RAY_AUTH_MODE"))),
+                                 shutdown=lambda: None)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    ray_session.start_ray(None)
+    ((kwargs, mode),) = started
+    assert mode == "token" and kwargs["logging_level"] == logging.WARNING and kwargs["log_to_driver"] is False
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the user's own choice is kept
+    ray_session.start_ray(None)
+    assert started[-1][1] == "disabled"
 
 
 def test_an_interrupt_before_any_trial_records_nothing_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "_start_ray", interrupted)
+    monkeypatch.setattr(ray_session, "start_ray", interrupted)
     sweep = load_sweep(write(tmp_path, TINY_SWEEP))
     results = (tmp_path / "results").resolve()
     stream = io.StringIO()

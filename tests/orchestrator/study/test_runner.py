@@ -1,7 +1,8 @@
 """The sweep runner without Ray (orchestrator/study/runner.py): trial folder names, the results folder's
-lock, resuming from the saved sweep file, one sweep per folder and an edited one's old records retired, the
-recorder across a worker group's restart, a record that cannot be written, a failed trial's traceback, and
-Tune's resume advice dropped. On a local Ray: test_runner_on_ray.py.
+lock, resuming from the saved sweep file, one sweep per folder and an edited one's old records retired; the
+recorder (orchestrator/study/recorder.py) across a worker group's restart, a record that cannot be written, a
+failed trial's traceback, hopeless sweeps (orchestrator/study/hopeless.py); and Tune's resume advice dropped
+(orchestrator/study/ray_output.py). On a local Ray: test_runner_on_ray.py.
 """
 from __future__ import annotations
 
@@ -68,11 +69,11 @@ def test_a_worker_group_restart_starts_the_history_again(tmp_path):
 
     from orchestrator.results.export import export
     from orchestrator.study.progress import Progress
-    from orchestrator.study.runner import _recorder
+    from orchestrator.study.recorder import Recorder
 
     sweep = load_sweep(write(tmp_path, TINY_SWEEP))
     results = tmp_path / "results"
-    recorder = _recorder(results, Progress(1, stream=io.StringIO()), refresh=lambda r: export(r, plots=False))
+    recorder = Recorder(results, Progress(1, stream=io.StringIO()), refresh=lambda r: export(r, plots=False))
     trial = _Trial(sweep.trials[0])
     recorder.on_trial_start(0, [], trial)
     for epochs in (3, 2):  # the first attempt dies after epoch 3, the second runs both epochs
@@ -95,11 +96,11 @@ def test_a_predictor_inputs_record_goes_to_its_own_folder_and_table(tmp_path):
     from orchestrator.results.export import export
     from orchestrator.study.progress import Progress
     from orchestrator.study.records import read_records
-    from orchestrator.study.runner import _recorder
+    from orchestrator.study.recorder import Recorder
 
     grid, measuring = load_sweep(write(tmp_path, TINY_SWEEP)).trials[:2]
     results = tmp_path / "results"
-    recorder = _recorder(results, Progress(2, stream=io.StringIO()), refresh=lambda r: export(r, plots=False),
+    recorder = Recorder(results, Progress(2, stream=io.StringIO()), refresh=lambda r: export(r, plots=False),
                          refresh_every_s=0)
     for trial in (_Trial(grid), _Trial(measuring, predictor_input=True)):
         recorder.on_trial_start(0, [], trial)
@@ -116,15 +117,15 @@ def test_a_predictor_inputs_record_goes_to_its_own_folder_and_table(tmp_path):
 def test_the_tables_are_rebuilt_after_the_first_record_then_at_most_every_refresh_every_s(tmp_path, monkeypatch):
     import io
 
-    from orchestrator.study import runner
+    from orchestrator.study import recorder as recording
     from orchestrator.study.progress import Progress
 
     sweep = load_sweep(write(tmp_path, TINY_SWEEP))
     results = tmp_path / "results"
     rebuilt, now = [], [0.0]
-    monkeypatch.setattr(runner.time, "monotonic", lambda: now[0])
-    recorder = runner._recorder(results, Progress(3, stream=io.StringIO()), refresh=rebuilt.append,
-                                refresh_every_s=30)
+    monkeypatch.setattr(recording.time, "monotonic", lambda: now[0])
+    recorder = recording.Recorder(results, Progress(3, stream=io.StringIO()), refresh=rebuilt.append,
+                                  refresh_every_s=30)
     # the monotonic clock at each record: 0 s, 10 s, 31 s (the first trial again: its record anew)
     for n, (trial, now[0]) in enumerate(zip(map(_Trial, [*sweep.trials[:2], sweep.trials[0]]), (0.0, 10.0, 31.0))):
         recorder.on_trial_start(0, [], trial)
@@ -141,7 +142,7 @@ def test_the_tables_are_rebuilt_after_the_first_record_then_at_most_every_refres
 def test_tunes_resume_advice_is_dropped():
     import logging
 
-    from orchestrator.study.runner import _NoTuneResumeAdvice
+    from orchestrator.study.ray_output import _NoTuneResumeAdvice
 
     def record(text: str) -> logging.LogRecord:
         return logging.LogRecord("ray.tune.tune", logging.WARNING, __file__, 1, text, None, None)
@@ -150,6 +151,20 @@ def test_tunes_resume_advice_is_dropped():
                     'Resume experiment with: Tuner.restore(path="/r", trainable=...)')
     assert not _NoTuneResumeAdvice().filter(advice)
     assert _NoTuneResumeAdvice().filter(record("Total run time: 3.00 seconds"))
+
+
+def test_tunes_error_naming_the_trials_that_did_not_complete_is_dropped():
+    # Progress says what became of each (FAILED, stopped, interrupted with the resume command)
+    import logging
+
+    from orchestrator.study.ray_output import _NoIncompleteTrials
+
+    incomplete = logging.LogRecord("ray.tune.tune", logging.ERROR, __file__, 1, "Trials did not complete: %s",
+                                   (["run_trial_1a2b3c"],), None)
+    assert not _NoIncompleteTrials().filter(incomplete)
+    other = logging.LogRecord("ray.tune.tune", logging.ERROR, __file__, 1, "Experiment state snapshotting failed:",
+                              None, None)
+    assert _NoIncompleteTrials().filter(other)
 
 
 # ---------------------------------------------------------------- another sweep, or this one changed
@@ -203,12 +218,12 @@ def test_a_record_that_cannot_be_written_stops_the_sweep_and_keeps_the_others(tm
     import os
 
     from orchestrator.study.progress import Progress
-    from orchestrator.study.runner import _recorder
+    from orchestrator.study.recorder import Recorder
 
     sweep = load_sweep(write(tmp_path, TINY_SWEEP))
     results = tmp_path / "results"
     out = io.StringIO()
-    recorder = _recorder(results, Progress(2, stream=out))
+    recorder = Recorder(results, Progress(2, stream=out))
     full, after = (_Trial(t) for t in sweep.trials)
     for trial in (full, after):
         recorder.on_trial_start(0, [], trial)
@@ -243,12 +258,12 @@ def test_a_failed_trials_traceback_is_kept_in_its_record(tmp_path):
     import json
 
     from orchestrator.study.progress import Progress
-    from orchestrator.study.runner import _recorder
+    from orchestrator.study.recorder import Recorder
 
     sweep = load_sweep(write(tmp_path, TINY_SWEEP))
     results = tmp_path / "results"
     out = io.StringIO()
-    recorder = _recorder(results, Progress(1, stream=out))
+    recorder = Recorder(results, Progress(1, stream=out))
     trial = _Trial(sweep.trials[0])
     outside = tmp_path / "ray-temp" / "error.txt"  # Tune's error file, in Ray's temporary folder
     outside.parent.mkdir()
@@ -274,11 +289,11 @@ def test_a_trials_reason_is_the_users_exception_not_the_last_line_of_the_traceba
     import ray.exceptions
 
     from orchestrator.study.progress import Progress
-    from orchestrator.study.runner import _recorder
+    from orchestrator.study.recorder import Recorder
 
     sweep = load_sweep(write(tmp_path, TINY_SWEEP))
     results = tmp_path / "results"
-    recorder = _recorder(results, Progress(1, stream=__import__("io").StringIO()))
+    recorder = Recorder(results, Progress(1, stream=__import__("io").StringIO()))
     trial = _Trial(sweep.trials[0])
     try:
         raise ValueError("hidden must be a power of two, got 8\nsecond line")
@@ -344,12 +359,13 @@ def test_a_sweep_stops_when_every_trial_that_ended_failed_alike_in_two_configura
     import io
 
     from orchestrator.study.progress import Progress
-    from orchestrator.study.runner import _configuration, _recorder
+    from orchestrator.study.hopeless import configuration
+    from orchestrator.study.recorder import Recorder
 
     sweep = load_sweep(write(tmp_path, SWEEP_OF_FOUR))
     order = [t for t in sweep.trials if t["compressor"] == "fp16"] + [t for t in sweep.trials if t["compressor"] == "fp32"]
-    recorder = _recorder(tmp_path / "results", Progress(4, stream=io.StringIO()),
-                         configurations=len({_configuration(t) for t in sweep.trials}))
+    recorder = Recorder(tmp_path / "results", Progress(4, stream=io.StringIO()),
+                         configurations=len({configuration(t) for t in sweep.trials}))
     for trial, (status, reason) in zip(order, outcomes):
         _ended(recorder, _Trial(trial), status, reason)
     assert recorder.hopeless == hopeless and recorder.stopper.stop_all() == (hopeless is not None)
@@ -359,10 +375,10 @@ def test_trials_that_could_not_run_say_nothing_of_the_others(tmp_path):
     import io
 
     from orchestrator.study.progress import Progress
-    from orchestrator.study.runner import _recorder
+    from orchestrator.study.recorder import Recorder
 
     sweep = load_sweep(write(tmp_path, SWEEP_OF_FOUR))
-    recorder = _recorder(tmp_path / "results", Progress(4, stream=io.StringIO()), configurations=2)
+    recorder = Recorder(tmp_path / "results", Progress(4, stream=io.StringIO()), configurations=2)
     for trial in sweep.trials[::2][:2]:  # fp32 and fp16, neither placed
         _ended(recorder, _Trial(trial), "failed", "cannot place 2 workers", in_workers=False)
     assert recorder.hopeless is None and not recorder.stopper.stop_all()
@@ -372,11 +388,11 @@ def test_a_one_configuration_grid_stops_after_two_seeds_failed_alike(tmp_path):
     import io
 
     from orchestrator.study.progress import Progress
-    from orchestrator.study.runner import _recorder
+    from orchestrator.study.recorder import Recorder
 
     sweep = load_sweep(write(tmp_path, TINY_SWEEP.replace("name: t\n", "name: t\nbaselines: false\n")
                             + "sweep: {seed: [0, 1, 2]}\n"))
-    recorder = _recorder(tmp_path / "results", Progress(3, stream=io.StringIO()), configurations=1)
+    recorder = Recorder(tmp_path / "results", Progress(3, stream=io.StringIO()), configurations=1)
     for trial in sweep.trials[:2]:
         _ended(recorder, _Trial(trial), "failed", "OSError: disk")
     assert recorder.hopeless == "OSError: disk"
@@ -388,15 +404,14 @@ def test_skipped_trials_are_recorded_with_the_reason_and_run_again_on_resume(tmp
     from orchestrator.cli import main
     from orchestrator.study.progress import Progress
     from orchestrator.study.records import finished_ids, make_record, read_records, write_record
-    from orchestrator.study.runner import _skip_hopeless
+    from orchestrator.study.hopeless import skip_hopeless
 
     sweep = load_sweep(write(tmp_path, SWEEP_OF_FOUR))
     results = tmp_path / "results" / sweep.name
     for trial in sweep.trials[:2]:
         write_record(results, make_record(trial, "failed", "ValueError: x", []))
-    recorder = type("Recorder", (), {"hopeless": "ValueError: x"})()
     out = io.StringIO()
-    assert _skip_hopeless(recorder, results, sweep.trials, Progress(4, stream=out)) == 2
+    assert skip_hopeless("ValueError: x", results, sweep.trials, Progress(4, stream=out)) == 2
     assert "stopped: every trial that ended failed with the same reason (ValueError: x); 2 trial(s)" in out.getvalue()
     records = {r["trial_id"]: r for r in read_records(results)}
     assert sorted((r["status"], r["reason"]) for r in records.values()) == [

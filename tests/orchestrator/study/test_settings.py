@@ -10,7 +10,7 @@ import pytest
 
 import compressors
 from compressors.comm.topology import Topology
-from orchestrator.study import settings, train_loop
+from orchestrator.study import ddp_setup, settings, train_loop
 from tests.helpers import ROOT
 
 
@@ -71,9 +71,9 @@ def test_sgd_takes_the_momentum_it_is_given():
     import torch
 
     params = [torch.nn.Parameter(torch.zeros(2))]
-    assert train_loop._optimizer(settings.check_training({"momentum": 0.5}), params).defaults["momentum"] == 0.5
-    assert train_loop._optimizer(settings.check_training({}), params).defaults["momentum"] == 0.9
-    assert train_loop._optimizer(settings.check_training({"momentum": 0.0}), params).defaults["momentum"] == 0.0
+    assert ddp_setup.optimizer(settings.check_training({"momentum": 0.5}), params).defaults["momentum"] == 0.5
+    assert ddp_setup.optimizer(settings.check_training({}), params).defaults["momentum"] == 0.9
+    assert ddp_setup.optimizer(settings.check_training({"momentum": 0.0}), params).defaults["momentum"] == 0.0
 
 
 def test_dgc_keeps_the_trials_momentum_in_its_memory_and_sgd_runs_without():
@@ -82,11 +82,11 @@ def test_dgc_keeps_the_trials_momentum_in_its_memory_and_sgd_runs_without():
     params = [torch.nn.Parameter(torch.zeros(2))]
     for given, momentum in (({}, 0.9), ({"momentum": 0.5}, 0.5)):
         config = settings.check_training({"compressor": "dgc", **given})
-        assert train_loop._optimizer(config, params).defaults["momentum"] == 0.0
-        hook = train_loop._comm_hook(config, "dgc", None, config["compressor_params"], Topology.flat(1))
+        assert ddp_setup.optimizer(config, params).defaults["momentum"] == 0.0
+        hook = ddp_setup.comm_hook(config, "dgc", None, config["compressor_params"], Topology.flat(1))
         assert hook.reducer.ef.momentum == momentum
     fp32 = settings.check_training({"momentum": 0.5})
-    assert train_loop._comm_hook(fp32, "qsgd", None, {}, Topology.flat(1)).reducer.ef is None
+    assert ddp_setup.comm_hook(fp32, "qsgd", None, {}, Topology.flat(1)).reducer.ef is None
 
 
 def test_check_training_fills_defaults_and_the_compressor_parameters():

@@ -257,3 +257,13 @@ def test_bandwidth_study_crosses_six_methods_with_two_emulated_link_rates():
     assert {(t["compressor"], t["bandwidth"]) for t in sweep.trials} == {
         (c, b) for c in ("fp32", "fp16", "dynamic8", "qsgd", "onebit", "adaptive") for b in ("100mbit", "1gbit")}
     assert {t["num_workers"] for t in sweep.trials} == {4}
+
+
+def test_trials_run_seed_by_seed(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nworkload: {dataset: synthetic, model: mlp, epochs: 1, target_accuracy: 0.5}\n"
+                    "sweep: {num_workers: [1, 2], seed: [3, 1], compressor: [fp32, fp16, onebit]}\n")
+    trials = load_sweep(path).trials
+    assert [t["seed"] for t in trials] == [3] * 6 + [1] * 6
+    assert [(t["compressor"], t["num_workers"]) for t in trials[:6]] == \
+        [(t["compressor"], t["num_workers"]) for t in trials[6:]]

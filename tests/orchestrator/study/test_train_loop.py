@@ -170,11 +170,11 @@ def test_a_non_finite_update_on_the_last_step_marks_the_trial_diverged():
 
 def _scripted_accuracies(monkeypatch, accuracies: list[float]) -> list[int]:
     """Make the loop's evaluations return ``accuracies`` in turn; returns the list of steps evaluated at."""
-    from orchestrator.study import train_loop
+    from orchestrator.study import evaluation, step_timer
 
     steps: list[int] = []
     script = iter(accuracies)
-    clock = train_loop.StepClock  # the steps run so far: one StepClock.start per step
+    clock = step_timer.StepClock  # the steps run so far: one StepClock.start per step
 
     class Counting(clock):
         started = -1  # its constructor starts it once before the first step
@@ -183,13 +183,13 @@ def _scripted_accuracies(monkeypatch, accuracies: list[float]) -> list[int]:
             Counting.started += 1
             super().start()
 
-    monkeypatch.setattr(train_loop, "StepClock", Counting)
+    monkeypatch.setattr(step_timer, "StepClock", Counting)
 
     def evaluate(*args, **kwargs):
         steps.append(Counting.started)
         return {"test_accuracy": next(script), "test_loss": 0.5, "test_perplexity": None}
 
-    monkeypatch.setattr(train_loop, "_evaluate", evaluate)
+    monkeypatch.setattr(evaluation, "evaluate", evaluate)
     return steps
 
 

@@ -1,0 +1,230 @@
+"""The options of ``lowprec predict`` and ``lowprec advise``, declared once: their parser, their checks, the
+docs' options table (docs/predictor.md: ``python -m orchestrator.predict.options``) and the name of the
+predictions file all come from ``OPTIONS``.
+
+A refused value exits with status 2 and one line naming the flag, its valid values and what was given.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from compressors.core.params import RATE, RATE_RANGE_BPS, Param, rate_bps
+
+if TYPE_CHECKING:  # the parser is built for every command, and quality's pandas takes most of a second
+    from ..study.quality import Quality
+
+# A Param kind beyond compressors.core.params': a time per message, a number with a unit (5us, 0.2ms).
+LATENCY = "latency"
+MAX_WORKERS = 65_536  # beyond any cluster modelled, and sra's chunks stay cheap to count
+_LATENCY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(s|ms|us|ns)")
+_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+_VALID_LATENCY = "a number with a unit s, ms, us or ns (5us, 0.2ms)"
+
+
+def latency_s(text: str) -> float:
+    """``5us``, ``0.2ms``, ``0s``: seconds; ValueError names the valid form."""
+    match = _LATENCY.fullmatch(text.strip().lower())
+    if not match:
+        raise ValueError(f"latency must be {_VALID_LATENCY}, got {text!r}")
+    return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def _as_typed(text: str) -> str:
+    """A flag's text in a file name: as typed, lower case."""
+    return text.strip().lower()
+
+
+def _workers_part(values: Mapping[str, Any]) -> str:
+    """8w; with several workers per host, hosts x workers: 2x8w."""
+    n, g = values["num_workers"], values["workers_per_host"]
+    return f"{n}w" if g == 1 else f"{n // g}x{g}w"
+
+
+@dataclass(frozen=True)
+class Option:
+    """A flag of predict and advise: its setting (name, default, kind, valid range, doc) and how it is written."""
+    param: Param
+    metavar: str
+    unit: str = ""  # what a number counts, named where it is refused: "a number of points"
+    divides: str | None = None  # the option whose value this one's must divide: hosts of as many workers each
+    advise_only: bool = False
+    # its part of the predictions file's name from the options' values ("": none), so that a call for another
+    # cluster keeps the file of this one
+    name_part: Callable[[Mapping[str, Any]], str] = lambda values: ""
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(Param("bandwidth", None, RATE, doc="each worker's link to the other hosts, each way: 100mbit, 25gbit"),
+           "RATE", name_part=lambda values: _as_typed(values["bandwidth"])),
+    Option(Param("num_workers", None, int, low=1, high=MAX_WORKERS, doc="workers of the target cluster"), "N",
+           name_part=_workers_part),
+    Option(Param("workers_per_host", 1, int, low=1,
+                 doc="workers on each host, joined by --intra_bandwidth (1: a host per worker). Above 1, every "
+                     "configuration measured with sra is predicted with the hierarchical algorithm too"),
+           "G", divides="num_workers"),
+    # An A100 node's NVLink, 300 GB/s each way; the range: any rate a host's devices could be joined by.
+    Option(Param("intra_bandwidth", "2400gbit", RATE, low=8e3, high=1e14,
+                 doc="the link between the workers of a host, each way, latency 0 (2400gbit: an A100 node's "
+                     "NVLink, 300 GB/s); used where --workers_per_host is above 1"),
+           "RATE", name_part=lambda values: "" if values["workers_per_host"] == 1 else
+           f"{_as_typed(values['intra_bandwidth'])}-intra"),
+    Option(Param("latency", "5us", LATENCY, doc="each message's latency between hosts"), "T",
+           name_part=lambda values: _as_typed(values["latency"])),
+    Option(Param("overlap", True, bool,
+                 doc="true (DDP's way): communication beside backward, an overlapped timeline with the encodes on "
+                     "the compute device; false: serial"),
+           "true|false", name_part=lambda values: f"overlap-{str(values['overlap']).lower()}"),
+    # repr: two different scales never share a file name
+    Option(Param("compute_scale", 1.0, float, low=0, low_open=True,
+                 doc="how much slower the target's compute, encode and decode are than on the machine that ran "
+                     "the one-worker trials (2: half as fast)"),
+           "X", name_part=lambda values: "x" + repr(float(values["compute_scale"])).removesuffix(".0")),
+    Option(Param("max_accuracy_loss", 0.5, float, low=0,
+                 doc="a study judged by accuracy (its target is on test_accuracy): recommend only configurations "
+                     "that reached the target with an accuracy at most this many percentage points below fp32's"),
+           "POINTS", unit="points", advise_only=True),
+    Option(Param("max_loss_increase", 0.05, float, low=0,
+                 doc="a study judged by its test loss (its target is on test_loss or test_perplexity): recommend "
+                     "only configurations that reached the target with a final test loss at most this many nats "
+                     "above fp32's (0.05: a perplexity at most exp(0.05) = 1.05 times fp32's, about what 0.5 "
+                     "points are to an accuracy)"),
+           "NATS", unit="nats", advise_only=True),
+)
+_BY_NAME = {option.param.name: option for option in OPTIONS}
+# advise's limit on how much worse than fp32 a recommended configuration may end, by the column of trials.csv
+# the study is judged by (Quality.delta)
+LIMITS = {"accuracy_delta": "max_accuracy_loss", "loss_delta": "max_loss_increase"}
+
+
+def option(name: str) -> Option:
+    """The declaration of option ``--name``."""
+    return _BY_NAME[name]
+
+
+def valid(opt: Option, values: Mapping[str, Any] | None = None) -> str:
+    """The valid values of ``opt``, as its refusal and the docs' table state them; ``values``: every option's
+    (None: the docs' table, which names the option that bounds this one's rather than its value)."""
+    p = opt.param
+    if p.kind == RATE and p.low is None:
+        return p.describe()
+    if p.kind == RATE:
+        return f"a rate from {p.low / 1e3:g}kbit to {p.high / 1e9:g}gbit, like {p.default}"
+    if p.kind == LATENCY:
+        return _VALID_LATENCY
+    if p.kind is bool:
+        return "true or false"
+    if opt.divides:
+        bound = values[opt.divides] if values else opt.divides
+        return f"in [{p.low}, {bound}] and divide {opt.divides}" + (f" ({bound})" if values else "")
+    interval = f"{'(' if p.low_open else '['}{p.low}, {f'{p.high}]' if p.high is not None else 'inf)'}"
+    if p.kind is int:
+        return f"in {interval}"
+    return f"a number{f' of {opt.unit}' if opt.unit else ''} in {interval}"
+
+
+def _is_valid(opt: Option, value: Any, values: Mapping[str, Any]) -> bool:
+    """Whether ``opt`` takes ``value``; ``values``: every option's (one may bound another)."""
+    p = opt.param
+    if p.kind == RATE:
+        try:
+            bps = rate_bps(value)
+        except ValueError:
+            return False
+        low, high = (RATE_RANGE_BPS if p.low is None else (p.low, p.high))
+        return low <= bps <= high
+    if p.kind == LATENCY:
+        try:
+            latency_s(value)
+        except ValueError:
+            return False
+        return True
+    if opt.divides:
+        bound = values[opt.divides]
+        return p.low <= value <= bound and bound % value == 0
+    return p.problem(value) is None
+
+
+def problem(opt: Option, values: Mapping[str, Any]) -> str | None:
+    """The one line that refuses ``opt``'s value among ``values``, or None."""
+    value = values[opt.param.name]
+    if _is_valid(opt, value, values):
+        return None
+    return f"--{opt.param.name} must be {valid(opt, values)}, got {value!r}"
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    """``command``'s options (predict or advise) on ``parser``; each defaults to None, its declared default
+    being ``values``' to fill (advise tells a limit given from one not given)."""
+    for opt in OPTIONS:
+        if opt.advise_only and command != "advise":
+            continue
+        p = opt.param
+        # a rate or a latency stays text, as typed: the file name has it so
+        kind: dict[str, Any] = {"type": p.kind} if p.kind in (int, float) else {}
+        if p.kind is bool:
+            kind = {"choices": ("true", "false")}
+        default = "" if p.default is None else f"; default {_default_text(p)}"
+        parser.add_argument(f"--{p.name}", required=p.default is None, default=None, metavar=opt.metavar,
+                            help=f"{p.doc}{default}", **kind)
+
+
+def values(args: argparse.Namespace) -> dict[str, Any]:
+    """Every option of the command ``args`` were parsed for, as given or else its default (overlap a bool)."""
+    out = {}
+    for opt in OPTIONS:
+        name = opt.param.name
+        if not hasattr(args, name):  # advise's limits, on predict
+            continue
+        given = getattr(args, name)
+        if given is None:
+            out[name] = opt.param.default
+        else:
+            out[name] = given == "true" if opt.param.kind is bool else given
+    return out
+
+
+def problems(values: Mapping[str, Any]) -> str | None:
+    """The first option but advise's limits whose value is refused: the line that says so; None if none is."""
+    return next(filter(None, (problem(opt, values) for opt in OPTIONS if not opt.advise_only)), None)
+
+
+def limit(args: argparse.Namespace, judged: Quality, results: Path) -> tuple[float, str | None]:
+    """advise's limit for a study ``judged`` so (its flag as given, else its default), and the line that
+    refuses it or the other metric's flag (``results``: the folder), or None."""
+    own = option(LIMITS[judged.delta])
+    wrong = [name for name in LIMITS.values() if name != own.param.name and getattr(args, name) is not None]
+    if wrong:
+        return math.nan, (f"--{wrong[0]} does not fit {results}, a study judged by its {judged.name} (a "
+                          f"{judged.metric} target): give --{own.param.name} {own.metavar} (default "
+                          f"{own.param.default:g})")
+    given = getattr(args, own.param.name)
+    value = own.param.default if given is None else given
+    return value, problem(own, {own.param.name: value})
+
+
+def _default_text(p: Param) -> str:
+    if isinstance(p.default, bool):
+        return str(p.default).lower()
+    return f"{p.default:g}" if isinstance(p.default, float) else str(p.default)
+
+
+def markdown() -> str:
+    """The docs' table of the options (docs/predictor.md), generated from ``OPTIONS``."""
+    lines = ["| option | default | valid | meaning |", "|---|---|---|---|"]
+    for opt in OPTIONS:
+        p = opt.param
+        default = "required" if p.default is None else f"`{_default_text(p)}`"
+        where = "`advise` only: " if opt.advise_only else ""
+        lines.append(f"| `--{p.name} {opt.metavar}` | {default} | {valid(opt)} | {where}{p.doc} |".replace(
+            "true|false", "true\\|false"))
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

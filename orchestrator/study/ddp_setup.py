@@ -1,0 +1,148 @@
+"""What a training run sets up before its first step: the process group, the model in DDP with the
+compressor as its communication hook, and the optimizer.
+
+fp32 over allreduce, the baseline, is plain DDP (no hook: ``compressors.ddp.PlainDDPStats`` counts its
+bytes). Every other method runs through a ``HookSwitch`` that holds fp32's hook for the warm-up epochs
+and the method's after.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import workloads
+from compressors import ddp, owns_momentum
+from compressors.comm.topology import Topology, discover
+from compressors.core import registry
+from compressors.ddp.step_clock import StepClock
+
+from . import settings
+from .step_timer import StepTimer
+
+
+def _backend(config: dict[str, Any]) -> str:
+    return config["backend"] if config["backend"] != "auto" else ("nccl" if config["use_gpu"] else "gloo")
+
+
+def setup_distributed(config: dict[str, Any], threads: int | None) -> tuple[int, int, torch.device, bool]:
+    """Join the process group (torchrun's env, or Ray's already-made group), or make a one-process
+    group so that one worker runs the same DDP hook as many; pick the device and, on CPUs, the torch
+    threads (``threads``, else the cores over the workers on this machine).
+
+    Returns rank, world, device and whether this call made the group (and must destroy it).
+    """
+    use_gpu = bool(config["use_gpu"])
+    made = False
+    if not dist.is_initialized():
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            dist.init_process_group(_backend(config))
+        else:  # an in-memory store: nothing listens on a port
+            dist.init_process_group(_backend(config), store=dist.HashStore(), rank=0, world_size=1)
+            made = True
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if use_gpu:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+        # Workers sharing one machine's cores would otherwise oversubscribe them.
+        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local))
+    return rank, world, device, made
+
+
+def comm_hook(config: dict[str, Any], compressor: str, algorithm: str | None, params: dict[str, Any],
+              topology: Topology, impl: str = "auto") -> Any:
+    """The hook state of ``compressor`` over ``algorithm`` with the run's settings."""
+    return ddp.comm_hook(compressor, algorithm, min_compress_numel=config["min_compress_numel"],
+                         seed=config["seed"], impl=impl, overlap=config["overlap"], topology=topology,
+                         intra=config["intra"] or "fp32", inter=config["inter"] or "sra",
+                         momentum=momentum(config) if owns_momentum(compressor) else None, **params)
+
+
+def momentum(config: dict[str, Any]) -> float:
+    """The trial's SGD momentum (null: 0.9): the optimizer's, or the memory's of a method that keeps it (DGC)."""
+    return 0.9 if config["momentum"] is None else config["momentum"]
+
+
+def optimizer(config: dict[str, Any], params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """The trial's optimizer over ``params``."""
+    name, lr, wd = config["optimizer"], config["lr"], config["weight_decay"]
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+    # A method that keeps the momentum in its memory (DGC's momentum correction) gets SGD without.
+    return torch.optim.SGD(params, lr=lr, momentum=0.0 if owns_momentum(config["compressor"]) else momentum(config),
+                           weight_decay=wd)
+
+
+@dataclass
+class Hooks:
+    """The hook states of a run: ``warm`` for the warm-up epochs, ``main`` after (one ``PlainDDPStats`` for both,
+    and no ``switch``, for plain DDP)."""
+
+    warm: Any
+    main: Any
+    switch: ddp.HookSwitch | None
+
+    def for_epoch(self, epoch: int, warmup_epochs: int) -> Any:
+        """Make the epoch's hook the active one; returns it (its ``history`` gains a step's statistics per step)."""
+        hook = self.warm if epoch <= warmup_epochs else self.main
+        if self.switch is not None:
+            self.switch.active = hook
+        return hook
+
+    def end_step(self) -> None:
+        if self.switch is None:  # plain DDP has no hook to count its steps
+            self.main.end_step()
+
+
+def _attach_hooks(config: dict[str, Any], model: torch.nn.parallel.DistributedDataParallel, topology: Topology,
+                  grad_numel: int, clock: StepClock) -> Hooks:
+    if registry.plain_ddp(config["compressor"], config["algorithm"]):
+        plain = ddp.PlainDDPStats(grad_numel, topology=topology)
+        return Hooks(plain, plain, None)
+    main = comm_hook(config, config["compressor"], config["algorithm"], config["compressor_params"], topology,
+                     config["impl"])
+    warm = comm_hook(config, "fp32", None, {}, topology)
+    switch = ddp.HookSwitch(warm if config["warmup_epochs"] > 0 else main, clock)
+    switch.register(model, [warm, main])
+    return Hooks(warm, main, switch)
+
+
+@dataclass
+class Setup:
+    """A run's model (``model.module`` the user's, wrapped in DDP) and what trains it."""
+
+    model: torch.nn.parallel.DistributedDataParallel
+    params: list[torch.nn.Parameter]
+    summary: dict[str, Any]  # workloads.model_summary
+    timer: StepTimer
+    hooks: Hooks
+    optimizer: torch.optim.Optimizer
+
+    @property
+    def grad_numel(self) -> int:
+        return sum(p.numel() for p in self.params)
+
+
+def build(config: dict[str, Any], data: workloads.DatasetPair, device: torch.device) -> Setup:
+    """The model of ``config`` for ``data`` on ``device``, in DDP with its hooks, and its optimizer."""
+    torch.manual_seed(config["seed"])  # identical initial weights on every rank
+    module = workloads.build_model(config["model"], data.input_shape, data.num_classes,
+                                   **settings.model_options_of(config)).to(device)
+    summary = workloads.model_summary(module, config["min_compress_numel"])
+    # Which host each rank runs on: what crosses hosts (bytes_inter), and the hierarchical algorithm's levels.
+    topology = discover()
+    # DDP also with one worker: the compressor encodes and decodes every gradient, so its cost in
+    # accuracy shows, through the same hook as with many.
+    model = torch.nn.parallel.DistributedDataParallel(
+        module, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=config["bucket_cap_mb"])
+    params = list(module.parameters())
+    timer = StepTimer(module, device)
+    hooks = _attach_hooks(config, model, topology, sum(p.numel() for p in params), timer.clock)
+    return Setup(model, params, summary, timer, hooks, optimizer(config, params))
