@@ -127,48 +127,69 @@ def _answer(plt, trials, colours, workers, judged):
     varies = "bandwidth" in ok and ok["bandwidth"].dropna().nunique() > 1
     panels = [(w, b) for w in workers for b in (sorted(set(ok.loc[ok["num_workers"] == w, "bandwidth"].dropna()),
                                                        key=rate_bps) if varies else [None])]
-    figure, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4), squeeze=False)
+    figure, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels), 4.6), squeeze=False)
     for ax, (w, bandwidth) in zip(axes[0], panels):
         here = ok[(ok["num_workers"] == w) & ((ok["bandwidth"] == bandwidth) if bandwidth else True)]
-        x = numeric(here["overhead_vs_fp32"] if w == 1 else here["speedup_vs_fp32"])
-        y = numeric(here[judged.delta]) * judged.scale
-        hollow = (here["speedup_basis"] == "step_time") if w > 1 else pd.Series(False, index=here.index)
-        ratio = "overhead_vs_fp32" if w == 1 else "speedup_vs_fp32"
-        frame = pd.DataFrame({"x": x, "y": y, "hollow": hollow, "label": here["label"],
-                              "lo": numeric(here.get(f"{ratio}_lo", pd.Series(index=here.index, dtype=float))),
-                              "hi": numeric(here.get(f"{ratio}_hi", pd.Series(index=here.index, dtype=float)))}
-                             ).dropna(subset=["x", "y"])
+        frame = _answer_points(here, w, judged)
         if frame.empty:
             _nothing_here(ax, f"no \"ok\" trial with both its {'overhead' if w == 1 else 'speedup'} and its "
                               f"{judged.name} change vs fp32")
-        for label, group in frame.groupby("label", sort=False):
-            x_mean, lo, hi = group["x"].mean(), group["lo"].min(), group["hi"].max()
-            # the x bar: the 95% interval of the timing (its seeds share it); else the spread over seeds;
-            # one seed without an interval has no bar rather than a NaN one
-            xerr = [[max(0.0, x_mean - lo)], [max(0.0, hi - x_mean)]] if pd.notna(lo) and pd.notna(hi) else \
-                (group["x"].std() if len(group) > 1 else None)
-            yerr = group["y"].std() if len(group) > 1 else None
-            reached = not group["hollow"].any()
-            noise = pd.notna(lo) and pd.notna(hi) and not measurable(lo, hi)
-            ax.errorbar(x_mean, group["y"].mean(), xerr=xerr, yerr=yerr, fmt="o", markersize=7,
-                        color=colours[label], markerfacecolor=colours[label] if reached else "none",
-                        capsize=3, label=label, alpha=0.45 if noise else 1.0)
-            ax.annotate(label + (" (not measurable)" if noise else ""), (x_mean, group["y"].mean()), xytext=(5, 4),
-                        textcoords="offset points", fontsize=7, color=colours[label])
+        _draw_answer_points(ax, frame, colours)
         ax.axvline(1.0, color="grey", linestyle="--", linewidth=0.8)
         ax.axhline(0.0, color="grey", linestyle="--", linewidth=0.8)
         if w == 1:
             ax.set_title("1 worker: nothing communicated, overhead only")
-            ax.set_xlabel("overhead vs fp32 (step time / fp32's; > 1: slower; bar: 95% interval)")
+            ax.set_xlabel("overhead vs fp32 (step time / fp32's; > 1: slower)\nbar: 95% interval", fontsize=9)
         else:
             ax.set_title(f"{w} workers" + (f", links {bandwidth}" if bandwidth else ""))
-            ax.set_xlabel("speedup vs fp32 (> 1: faster; bar: 95% interval; faint: not measurable; hollow: target "
-                          "not reached, step time)")
+            ax.set_xlabel("speedup vs fp32 (> 1: faster)\nbar: 95% interval; faint: not measurable; hollow: "
+                          "target not reached, step time", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"{judged.name} change vs fp32 ({judged.unit}"
                           + ("; lower is better)" if judged.delta == "loss_delta" else ")"))
+    figure.tight_layout()
     _legend(figure, axes[0])
     return figure
+
+
+def _answer_points(here: pd.DataFrame, workers: int, judged) -> pd.DataFrame:
+    """One panel's points: per configuration, the mean ratio (overhead with one worker) and change, their
+    bars, whether the target was reached and whether the ratio is measurable."""
+    ratio = "overhead_vs_fp32" if workers == 1 else "speedup_vs_fp32"
+    hollow = (here["speedup_basis"] == "step_time") if workers > 1 else pd.Series(False, index=here.index)
+    frame = pd.DataFrame({"x": numeric(here[ratio]), "y": numeric(here[judged.delta]) * judged.scale,
+                          "hollow": hollow, "label": here["label"],
+                          "lo": numeric(here.get(f"{ratio}_lo", pd.Series(index=here.index, dtype=float))),
+                          "hi": numeric(here.get(f"{ratio}_hi", pd.Series(index=here.index, dtype=float)))}
+                         ).dropna(subset=["x", "y"])
+    rows = []
+    for label, group in frame.groupby("label", sort=False):
+        x, lo, hi = group["x"].mean(), group["lo"].min(), group["hi"].max()
+        # the x bar: the 95% interval of the timing (its seeds share it); else the spread over seeds;
+        # one seed without an interval has no bar rather than a NaN one
+        known = pd.notna(lo) and pd.notna(hi)
+        rows.append({"label": label, "x": x, "y": group["y"].mean(),
+                     "xerr": [[max(0.0, x - lo)], [max(0.0, hi - x)]] if known else
+                     (group["x"].std() if len(group) > 1 else None),
+                     "yerr": group["y"].std() if len(group) > 1 else None,
+                     "reached": not group["hollow"].any(), "noise": known and not measurable(lo, hi)})
+    return pd.DataFrame(rows)
+
+
+def _draw_answer_points(ax, points: pd.DataFrame, colours) -> None:
+    """Each configuration's point with its bars, and its label, written towards the panel's middle so that
+    no label runs past the panel's edge."""
+    for point in points.to_dict("records"):
+        colour = colours[point["label"]]
+        ax.errorbar(point["x"], point["y"], xerr=point["xerr"], yerr=point["yerr"], fmt="o", markersize=7,
+                    color=colour, markerfacecolor=colour if point["reached"] else "none", capsize=3,
+                    label=point["label"], alpha=0.45 if point["noise"] else 1.0)
+    left, right = ax.get_xlim()
+    for point in points.to_dict("records"):
+        inward = point["x"] > (left + right) / 2
+        ax.annotate(point["label"] + (" (not measurable)" if point["noise"] else ""), (point["x"], point["y"]),
+                    xytext=(-5 if inward else 5, 4), textcoords="offset points", fontsize=7,
+                    ha="right" if inward else "left", color=colours[point["label"]])
 
 
 def _bytes_sent(plt, trials, labels, workers):

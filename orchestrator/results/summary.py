@@ -14,6 +14,7 @@ trials that did not finish "ok": each distinct reason once, with how many trials
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -21,16 +22,17 @@ import pandas as pd
 from ..study.intervals import measurable
 from ..study.labels import format_value
 from ..study.records import FINISHED, SKIPPED
-from .tables import config_labels, numeric, quality, step_time_table, targets
+from .tables import Quality, config_labels, numeric, quality, step_time_table, targets
 
 __all__ = ["summary_markdown", "study_line"]
 
 
 def study_line(trials: pd.DataFrame) -> str:
-    """What was studied, in one line: workload, workers, links (the answer figure's title too)."""
+    """What was studied, in one line: workload, workers, links (the answer figure's title too). A model or
+    dataset of the user's files is named by its file's name, not the folder it was run from."""
     def values(column: str) -> str:
         found = trials[column].dropna().tolist() if column in trials else []
-        return ", ".join(format_value(v) for v in sorted(set(found), key=str))
+        return ", ".join(_short(format_value(v)) for v in sorted(set(found), key=str))
 
     parts = [f"{values('model')} on {values('dataset')}" if "model" in trials else ""]
     parts.append(f"{values('num_workers')} workers")
@@ -46,10 +48,20 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
     if trials.empty:
         return f"# {title}\n\nNo trial has finished yet.\n"
     trials = trials.assign(label=config_labels(trials))
-    labels = list(dict.fromkeys(trials["label"]))
-    workers = sorted(set(trials["num_workers"].tolist()))
-    counts = trials["status"].value_counts()
     judged = quality(trials)
+    lines = _head_lines(trials, title, figure, judged)
+    noise = _noise_lines(trials)
+    lines += [*noise, ""] if noise else []
+    lines += _table_lines(trials, judged)
+    ok = trials[trials["status"] == "ok"]
+    lines += _step_time_lines(ok.drop(columns="label"))
+    lines += _not_ok_lines(trials[trials["status"] != "ok"])
+    return "\n".join(lines) + "\n"
+
+
+def _head_lines(trials: pd.DataFrame, title: str, figure: str | None, judged: Quality) -> list[str]:
+    """The title, what was studied, how the trials ended and the target, the figure, how to read a cell."""
+    counts = trials["status"].value_counts()
     goals = "; ".join(f"{metric} {'≥' if metric == 'test_accuracy' else '≤'} {format_value(value)}"
                       for metric, value in targets(trials))
     goals = f" Target: {goals}." if goals else ""
@@ -58,7 +70,7 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
                                                    FINISHED if s != SKIPPED or counts.get(s, 0)) + f".{goals}", ""]
     if figure:
         lines += [f"![{judged.name} change against speedup]({figure})", ""]
-    lines += [
+    return lines + [
         "Cells: mean ± sample standard deviation over the \"ok\" trials (seeds), with n trials. "
         f"{judged.name.capitalize()}: after the last epoch. Time to target: seconds of training until the target "
         "(k/n: reached by k of n). Speedup: vs fp32 at the same number of workers, from 2 workers on; "
@@ -69,15 +81,39 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
         "\"not measurable\": it includes 1, so this machine's noise covers the difference.",
         "",
     ]
-    noise = _noise_lines(trials)
-    lines += [*noise, ""] if noise else []
+
+
+def _table_lines(trials: pd.DataFrame, judged: Quality) -> list[str]:
+    """The table of configurations: per worker count, the quality, the time to target and the speedup (the
+    overhead with one worker) over the "ok" trials."""
+    workers = sorted(set(trials["num_workers"].tolist()))
     header = ["configuration"]
     for w in workers:
         last = f"w={w} overhead vs fp32" if w == 1 else f"w={w} speedup vs fp32"
         header += [f"w={w} {judged.name}", f"w={w} time to target (s)", last]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    stats = _configuration_stats(trials[trials["status"] == "ok"], judged)
+    for label in dict.fromkeys(trials["label"]):
+        cells = [label]
+        for w in workers:
+            if (label, w) not in stats.index:  # no "ok" trial of this configuration at w workers
+                cells += ["–", "–", "–"]
+                continue
+            cell = stats.loc[(label, w)]
+            reached, n = int(cell["time_count"]), int(cell["n"])
+            time = _cell(cell, "time", 1) if reached else "not reached"
+            if reached < n:
+                time += f" ({reached}/{n} reached)"
+            speedup = _cell(cell, "speedup", 2, "x") + _interval(cell) + ("\\*" if w > 1 and cell["star"] else "")
+            cells += [_cell(cell, "quality", 4), time, speedup]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
-    ok = trials[trials["status"] == "ok"]
+
+def _configuration_stats(ok: pd.DataFrame, judged: Quality) -> pd.DataFrame:
+    """Per configuration and worker count: mean, standard deviation and count of the quality, time to target
+    and speedup (overhead with one worker), the trials, whether some speedup compares step times, and the
+    interval."""
     values = pd.DataFrame({
         "quality": numeric(ok[judged.final]),
         "time": numeric(ok["time_to_target_s"]),
@@ -92,24 +128,13 @@ def summary_markdown(trials: pd.DataFrame | list[dict[str, Any]], title: str, fi
     stats["n"] = groups.size()
     stats["star"] = groups["star"].any()
     stats["lo"], stats["hi"] = groups["lo"].min(), groups["hi"].max()  # the seeds share their mean's interval
-    for label in labels:
-        cells = [label]
-        for w in workers:
-            if (label, w) not in stats.index:  # no "ok" trial of this configuration at w workers
-                cells += ["–", "–", "–"]
-                continue
-            cell = stats.loc[(label, w)]
-            reached, n = int(cell["time_count"]), int(cell["n"])
-            time = _cell(cell, "time", 1) if reached else "not reached"
-            if reached < n:
-                time += f" ({reached}/{n} reached)"
-            speedup = _cell(cell, "speedup", 2, "x") + _interval(cell) + ("\\*" if w > 1 and cell["star"] else "")
-            cells += [_cell(cell, "quality", 4), time, speedup]
-        lines.append("| " + " | ".join(cells) + " |")
+    return stats
 
-    lines += _step_time_lines(ok.drop(columns="label"))
-    lines += _not_ok_lines(trials[trials["status"] != "ok"])
-    return "\n".join(lines) + "\n"
+
+def _short(reference: str) -> str:
+    """``file.py:name`` of a reference ``some/folder/file.py:name``; anything else as it is."""
+    file, colon, name = reference.rpartition(":")
+    return f"{Path(file).name}:{name}" if colon and file.endswith(".py") else reference
 
 
 def _interval(cell: pd.Series) -> str:

@@ -1,5 +1,5 @@
-"""The CUDA programs compile, so that a syntax or type error shows in CI and not first on a lent
-GPU: every ``compressors/cuda/<program>.cu`` with NVRTC (the compiler CuPy runs; from the
+"""The CUDA programs compile, so that a syntax or type error shows in CI and not first on a
+GPU machine: every ``compressors/cuda/<program>.cu`` with NVRTC (the compiler CuPy runs; from the
 ``nvidia-cuda-nvrtc`` wheel of the test extra, called through ctypes: no GPU needed) for Hopper
 under the options CuPy gets, no warnings allowed; or, where that wheel is missing, with nvcc
 for sm_90, warnings as errors. Skipped where neither compiler is installed."""
