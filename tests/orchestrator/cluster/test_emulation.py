@@ -288,7 +288,8 @@ def test_each_hosts_ray_node_offers_workers_per_host_slots_and_a_cpu_for_each(st
     monkeypatch.setattr(ray_nodes, "_ray_binary", lambda: "ray")
     monkeypatch.setattr(subprocess, "run", lambda argv, **kwargs: started.append(argv) or
                         subprocess.CompletedProcess(argv, 0, "", ""))
-    ray_nodes.start(cluster)
+    ray_nodes.start(cluster.network, cluster.hosts, cluster.workers_per_host, cluster.temp_dir, cluster.address,
+                    cluster.node_env())
     offered = [(argv[argv.index("--num-cpus") + 1], argv[argv.index("--resources") + 1]) for argv in started]
     assert [argv[3] for argv in started] == ["qaz-h0", "qaz-h1"]
     # the head's one more CPU is for the Tune trial functions
