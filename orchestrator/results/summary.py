@@ -24,7 +24,11 @@ from ..study.labels import format_value
 from ..study.records import FINISHED, SKIPPED
 from .tables import Quality, config_labels, numeric, quality, step_time_table, targets
 
-__all__ = ["summary_markdown", "study_line"]
+__all__ = ["summary_markdown", "study_line", "BUSY_CORES"]
+
+# What others may use of the cores before the timings are called disturbed: the sweep's driver and Ray's
+# daemons take about a tenth of a core on a quiet machine; one spinning process, a whole one.
+BUSY_CORES = 0.5
 
 
 def study_line(trials: pd.DataFrame) -> str:
@@ -161,13 +165,13 @@ def _noise_lines(trials: pd.DataFrame) -> list[str]:
                          + (f" to {between.max():.0%}" if round(between.max(), 2) > round(between.min(), 2) else "")
                          + " in median step time (standard deviation between seeds): every interval includes a "
                          "rerun's difference.")
-    load, cores = numeric(trials.get("load_avg", pd.Series(dtype=float))), numeric(
-        trials.get("cores", pd.Series(dtype=float)))
-    busy = load > cores
+    others = numeric(trials.get("others_cpu_cores", pd.Series(dtype=float)))
+    busy = others >= BUSY_CORES
     if busy.any():
-        lines.append(f"This machine was busier than its cores during {int(busy.sum())} of {len(trials)} trials (load "
-                     f"average up to {load.max():.1f} on {int(cores.max())} cores): their timings are noisy, their "
-                     "intervals wide.")
+        cores = numeric(trials.get("cores", pd.Series(dtype=float)))
+        lines.append(f"Other processes than the trials' workers used {BUSY_CORES} of a core or more during "
+                     f"{int(busy.sum())} of {len(trials)} trials (up to {others.max():.1f} of {int(cores.max())} "
+                     "cores): their timings are noisy, their intervals wide.")
     return lines
 
 

@@ -101,6 +101,11 @@ EPOCH: tuple[Column, ...] = (
     Column("cpu_idle_share", "share", "share of the machine's CPU time idle or waiting for I/O during the epoch's "
            "steps (empty without /proc/stat): near 0 where the cores, not the link, set the pace",
            ranks="min", epochs="median"),
+    Column("others_cpu_cores", "cores", "cores' worth of CPU time that processes other than the trial's workers "
+           "used on their machine during the epoch's steps (the sweep's driver and Ray's daemons "
+           "among them): busy time (neither idle nor stolen) less the workers' own, over the time passed; 0.5 or "
+           "more: something else competed for the cores; empty where the workers ran on several machines",
+           ranks="max", epochs="median"),
     Column("load_avg", "", "the machine's 1-minute load average at the epoch's end (runnable processes; above "
            "cores: busier than its cores, its timings noisy; empty without os.getloadavg)",
            ranks="max", epochs="median"),
@@ -190,7 +195,7 @@ TRIAL: tuple[Column, ...] = (
            "predictor inputs measured (predictor_inputs/) and the calibrated link; empty elsewhere"),
     *(column(name) for name in ("compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
                                 "samples_per_s", "bytes_sent", "bytes_intra", "bytes_inter", "compression_ratio", "cpu_steal_share",
-                                "cpu_idle_share", "load_avg", "cores", "threads")),
+                                "cpu_idle_share", "others_cpu_cores", "load_avg", "cores", "threads")),
     Column("parameters", "", "the model's parameter count (empty for a trial that failed before training)"),
     Column("grad_bytes_fp32", "bytes", "the model's gradient bytes in fp32"),
     Column("compressible_share", "share", "share of the gradient bytes in tensors of at least "

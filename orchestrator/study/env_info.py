@@ -12,6 +12,7 @@ import math
 import os
 import platform
 import socket
+import time
 from typing import Any, NamedTuple
 
 import torch
@@ -52,11 +53,17 @@ def describe() -> dict[str, Any]:
     }
 
 
+# The kernel counts CPU time in clock ticks of USER_HZ a second on each core.
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
 class CpuTicks(NamedTuple):
-    """The machine's CPU time so far in clock ticks: stolen, idle (with waiting for I/O) and all."""
+    """The machine's CPU time so far in clock ticks: stolen, idle (with waiting for I/O) and all; and this
+    process's own CPU time in seconds (every thread of it)."""
     stolen: int
     idle: int
     all: int
+    own_s: float = 0.0
 
 
 def cpu_ticks(stat: str = "/proc/stat") -> CpuTicks | None:
@@ -77,7 +84,7 @@ def cpu_ticks(stat: str = "/proc/stat") -> CpuTicks | None:
         ticks = [int(x) for x in fields[1:9]]
     except ValueError:
         return None
-    return CpuTicks(stolen=ticks[7], idle=ticks[3] + ticks[4], all=sum(ticks))
+    return CpuTicks(stolen=ticks[7], idle=ticks[3] + ticks[4], all=sum(ticks), own_s=time.process_time())
 
 
 def _share(start: CpuTicks | None, end: CpuTicks | None, part: str) -> float:
@@ -110,6 +117,28 @@ def load_average() -> float:
         return os.getloadavg()[0]
     except (AttributeError, OSError):
         return math.nan
+
+
+def machine_id() -> float:
+    """This machine's boot id as a number (network namespaces and containers on one kernel share it), exact in
+    a float so that ranks can compare theirs with a min and a max; NaN where it cannot be read."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return float(int(f.read().strip().replace("-", "")[:12], 16))
+    except (OSError, ValueError):
+        return math.nan
+
+
+def others_cores(start: CpuTicks | None, end: CpuTicks | None, ours_s: float) -> float:
+    """How many cores' worth of CPU time processes other than ours used between two ``cpu_ticks``: the
+    machine's busy time (neither idle nor stolen) less ``ours_s`` (the CPU seconds of our processes on this
+    machine), over the time that passed; at least 0; NaN where /proc/stat cannot be read or no tick passed."""
+    if start is None or end is None or end.all <= start.all:
+        return math.nan
+    cores = os.cpu_count() or 1
+    wall_s = (end.all - start.all) / cores / _TICKS_PER_S
+    busy_s = ((end.all - start.all) - (end.idle - start.idle) - (end.stolen - start.stolen)) / _TICKS_PER_S
+    return max(busy_s - ours_s, 0.0) / wall_s
 
 
 def steal_share(start: CpuTicks | None, end: CpuTicks | None) -> float:

@@ -209,6 +209,15 @@ def _train_epoch(run: _Run, epoch: int, steps: int) -> _Seen:
     return seen
 
 
+def _others_cores(run: _Run, start: env_info.CpuTicks | None, end: env_info.CpuTicks | None) -> float:
+    """The cores other processes than the trial's workers used during the epoch (env_info.others_cores),
+    where every rank runs on this machine (a local run, an emulated cluster); NaN on several machines."""
+    ours = end.own_s - start.own_s if start is not None and end is not None else math.nan
+    where, (ours_s,) = env_info.machine_id(), run.aggregate([ours], "sum")
+    (lowest,), (highest,) = run.aggregate([where], "min"), run.aggregate([where], "max")
+    return env_info.others_cores(start, end, ours_s) if lowest == highest == where else math.nan
+
+
 def _epoch_metrics(run: _Run, epoch_number: int, hook: Any, first_stat: int, ticks: env_info.CpuTicks | None,
                    seen: _Seen) -> dict[str, Any]:
     """The epoch's columns (columns.EPOCH, each reduced over steps and ranks as declared there) but its status:
@@ -227,6 +236,7 @@ def _epoch_metrics(run: _Run, epoch_number: int, hook: Any, first_stat: int, tic
         "decode_s": [s.decode_s for s in stats], "bytes_sent": [s.bytes_sent for s in stats],
         "bytes_intra": [s.bytes_sent - x for s, x in zip(stats, inter)], "bytes_inter": inter,
     })
+    local["others_cpu_cores"] = _others_cores(run, ticks, end_ticks)
     local["cpu_steal_share"] = env_info.steal_share(ticks, end_ticks)
     local["cpu_idle_share"] = env_info.idle_share(ticks, end_ticks)
     local["load_avg"] = env_info.load_average()

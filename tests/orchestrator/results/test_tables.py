@@ -101,12 +101,12 @@ def test_step_time_table_is_milliseconds_per_configuration_and_worker_count(dire
     assert bars[["compute", "exposed_comm"]].sum(axis=1).iloc[-1] == pytest.approx(bars["step_time"].iloc[-1])
 
 
-def _timed(compressor: str, steps: list[float], workers: int = 2, seed: int = 0, load: float = 0.5) -> dict:
-    """A trial whose every step is recorded (the slowest rank's), with the machine's load."""
+def _timed(compressor: str, steps: list[float], workers: int = 2, seed: int = 0, others: float = 0.1) -> dict:
+    """A trial whose every step is recorded (the slowest rank's), with the cores other processes used."""
     median = statistics.median(steps)
     history = epochs(median * len(steps), median, [0.5], target=0.9)  # no target reached: step-time basis
     for epoch in history:
-        epoch.update(load_avg=load, cores=2.0, threads=1.0)
+        epoch.update(others_cpu_cores=others, load_avg=2.5, cores=2.0, threads=1.0)
     rec = record(compressor, seed, history, workers=workers)
     rec["step_times_s"] = steps
     return rec
@@ -129,14 +129,15 @@ def test_every_timing_has_its_interval_and_a_difference_within_the_noise_is_not_
             if line.startswith("| ") and "num_workers" not in line}
     assert "not measurable" in cell["qsgd"] and f"[{qsgd_lo:.2f}, {qsgd_hi:.2f}]" in cell["qsgd"]
     assert "not measurable" not in cell["dynamic8"] and "[" not in cell["fp32"]  # fp32 is 1 by definition
-    assert "One seed per configuration" in summary and "busier than its cores" not in summary
+    assert "One seed per configuration" in summary and "Other processes" not in summary
 
 
-def test_the_summary_says_when_the_machine_was_busier_than_its_cores():
+def test_the_summary_says_when_other_processes_competed_for_the_cores():
     steps = [0.01 + 0.001 * (i % 5) for i in range(20)]
-    summary = summary_markdown(trials_table([_timed(FP32, steps, load=1.0), _timed("qsgd", steps, load=3.5)]), "t")
-    assert ("This machine was busier than its cores during 1 of 2 trials (load average up to 3.5 on 2 cores): "
-            "their timings are noisy, their intervals wide.") in summary
+    summary = summary_markdown(trials_table([_timed(FP32, steps, others=0.4), _timed("qsgd", steps, others=1.04)]),
+                               "t")
+    assert ("Other processes than the trials' workers used 0.5 of a core or more during 1 of 2 trials (up to 1.0 "
+            "of 2 cores): their timings are noisy, their intervals wide.") in summary
 
 
 def test_seeds_measure_the_spread_between_runs_and_share_their_means_interval():
