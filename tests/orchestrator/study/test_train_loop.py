@@ -288,3 +288,4 @@ def test_every_steps_time_and_the_machines_load_are_recorded():
     for epoch in result["history"]:
         assert epoch["cores"] == os.cpu_count() and epoch["threads"] == torch.get_num_threads()
         assert epoch["load_avg"] == epoch["load_avg"]  # a number where the system has a load average
+        assert epoch["others_cpu_cores"] >= 0.0  # one rank on this machine: what others used is known
