@@ -9,6 +9,6 @@ By subsystem, as the CLI (``cli``, ``lowprec``) names them:
 - ``predict``: the performance model behind ``lowprec predict`` / ``advise``.
 
 Only the modules that run trials on Ray use it (``study.ray_session``, ``study.recorder``,
-``study.trial``, ``study.gauges``), and they are imported inside the functions that need them, so
-everything else works where Ray is not installed.
+``study.trial``, ``study.gang``, ``study.gauges``), and they are imported inside the functions that
+need them, so everything else works where Ray is not installed.
 """

@@ -82,12 +82,13 @@ def outcomes(records: list[dict[str, Any]], table: pd.DataFrame,
 
 def noise(records: list[dict[str, Any]], table: pd.DataFrame) -> dict[Key, tuple[float, float]]:
     """Per configuration (``step_key``), how far its one-worker step is known against fp32's: the factors
-    ``(lo, hi)`` by which trials.csv's 95% interval of overhead_vs_fp32 spans its value (the widest over its
-    trials), NaN where the folder has no interval. The step times the predictions start from are no surer."""
+    ``(lo, hi)`` by which trials.csv's 95% interval of overhead_vs_fp32 spans its value: the interval of the
+    mean over the configuration's ok seeds (which they share) over that mean; none where the folder has no
+    interval. The step times the predictions start from are no surer."""
     if not {"overhead_vs_fp32_lo", "overhead_vs_fp32_hi"} <= set(table.columns):
         return {}
     rows = table.set_index("trial_id")
-    spans: dict[Key, list[tuple[float, float]]] = {}
+    seeds: dict[Key, list[tuple[float, float, float]]] = {}
     for record in records:
         if record["settings"]["num_workers"] != 1 or record["status"] != "ok":
             continue
@@ -95,8 +96,12 @@ def noise(records: list[dict[str, Any]], table: pd.DataFrame) -> dict[Key, tuple
         value, lo, hi = (float(pd.to_numeric(row[c], errors="coerce")) for c in
                          ("overhead_vs_fp32", "overhead_vs_fp32_lo", "overhead_vs_fp32_hi"))
         if value > 0 and math.isfinite(lo) and math.isfinite(hi):
-            spans.setdefault(step_key(record["settings"]), []).append((lo / value, hi / value))
-    return {key: (min(lo for lo, _ in found), max(hi for _, hi in found)) for key, found in spans.items()}
+            seeds.setdefault(step_key(record["settings"]), []).append((value, lo, hi))
+    spans = {}
+    for key, found in seeds.items():
+        mean = sum(value for value, _, _ in found) / len(found)
+        spans[key] = (min(lo for _, lo, _ in found) / mean, max(hi for _, _, hi in found) / mean)
+    return spans
 
 
 def interval(speedup: float, span: tuple[float, float]) -> dict[str, float]:

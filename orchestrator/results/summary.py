@@ -151,7 +151,8 @@ def _interval(cell: pd.Series) -> str:
 
 
 def _noise_lines(trials: pd.DataFrame) -> list[str]:
-    """What the timings stand on: one seed or several, and where the machine was busier than its cores."""
+    """What the timings stand on: one seed or several, how much runs differed, and where other processes
+    competed for the cores."""
     lines = []
     seeds = trials.groupby(trials["label"].astype(str) + trials["num_workers"].astype(str))["seed"].nunique() \
         if "seed" in trials else pd.Series([1])
@@ -168,10 +169,11 @@ def _noise_lines(trials: pd.DataFrame) -> list[str]:
     others = numeric(trials.get("others_cpu_cores", pd.Series(dtype=float)))
     busy = others >= BUSY_CORES
     if busy.any():
-        cores = numeric(trials.get("cores", pd.Series(dtype=float)))
+        cores = numeric(trials.get("cores", pd.Series(dtype=float))).max()
+        of = f" of {int(cores)}" if pd.notna(cores) else ""
         lines.append(f"Other processes than the trials' workers used {BUSY_CORES} of a core or more during "
-                     f"{int(busy.sum())} of {len(trials)} trials (up to {others.max():.1f} of {int(cores.max())} "
-                     "cores): their timings are noisy, their intervals wide.")
+                     f"{int(busy.sum())} of {len(trials)} trials (up to {others.max():.1f}{of} cores): their "
+                     "timings are noisy, their intervals wide.")
     return lines
 
 

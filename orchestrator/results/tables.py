@@ -193,8 +193,9 @@ def ratio_intervals(trials: pd.DataFrame, baselines: pd.DataFrame, ratios: pd.Se
     """The 95% interval of the mean ratio of each configuration's trials (its "ok" seeds together, any other
     trial alone) against their baselines (``_baseline_times`` says which), given to each of them: the mean
     ratio times the bootstrap's factors of baseline step / own step (orchestrator.study.intervals.ratio_factors,
-    with the rerun ``effects`` of their workload), their reciprocals for own / baseline (``inverse``: an
-    overhead). NaN where the ratio is, for a baseline against itself, or where a series has too few steps."""
+    with the rerun ``effects`` of their workload), of own / baseline with ``inverse`` (an overhead). NaN where
+    the ratio is, for a baseline against itself, or where no trial of the configuration has the steps of
+    itself and its baselines recorded (older records): those that have them make the interval."""
     members = _baseline_members(trials, baselines)
     workloads = _keys(trials)["workload"]
     lo, hi = pd.Series(np.nan, index=trials.index), pd.Series(np.nan, index=trials.index)
@@ -204,9 +205,7 @@ def ratio_intervals(trials: pd.DataFrame, baselines: pd.DataFrame, ratios: pd.Se
     for _, group in groups[compared].groupby(groups[compared], sort=False):
         pairs = [([steps.get(trials.at[i, "trial_id"], []) for i in members[index]],
                   steps.get(trials.at[index, "trial_id"], [])) for index in group.index]
-        low, high = ratio_factors(pairs, effects.get(workloads[group.index[0]]))
-        if inverse:
-            low, high = 1.0 / high, 1.0 / low
+        low, high = ratio_factors(pairs, effects.get(workloads[group.index[0]]), inverse)
         mean = float(numeric(ratios)[group.index].mean())
         lo[group.index], hi[group.index] = mean * low, mean * high
     return lo, hi

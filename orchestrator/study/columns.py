@@ -104,7 +104,8 @@ EPOCH: tuple[Column, ...] = (
     Column("others_cpu_cores", "cores", "cores' worth of CPU time that processes other than the trial's workers "
            "used on their machine during the epoch's steps (the sweep's driver and Ray's daemons "
            "among them): busy time (neither idle nor stolen) less the workers' own, over the time passed; 0.5 or "
-           "more: something else competed for the cores; empty where the workers ran on several machines",
+           "more: something else competed for the cores; empty where the workers ran on several machines or had "
+           "loader_workers (child processes)",
            ranks="max", epochs="median"),
     Column("load_avg", "", "the machine's 1-minute load average at the epoch's end (runnable processes; above "
            "cores: busier than its cores, its timings noisy; empty without os.getloadavg)",

@@ -63,41 +63,45 @@ def spread(effects: np.ndarray) -> float:
 
 
 def ratio_factors(pairs: Sequence[tuple[Sequence[Sequence[float]], Sequence[float]]],
-                  effects: np.ndarray | None = None, confidence: float = CONFIDENCE,
+                  effects: np.ndarray | None = None, inverse: bool = False, confidence: float = CONFIDENCE,
                   draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float]:
     """How far a mean of ratios of medians may move. Each pair ``(numerators, denominator)`` (a trial of a
     configuration: its baselines' steps and its own) has the ratio ``mean_i median(numerators[i]) /
-    median(denominator)``; the result is ``(lo, hi)``, the ``confidence`` percentile interval of the mean of
-    the pairs' ratios over a bootstrap of the steps of each series (and of each pair's baselines where there
-    are several), divided by the mean measured. With ``effects`` (``run_effects``), each draw also moves
-    every series by a rerun's effect drawn from them. Multiply the mean ratio by them for its interval. NaN
-    where a series has fewer than 2 finite values."""
+    median(denominator)``, its reciprocal with ``inverse`` (an overhead); the result is ``(lo, hi)``, the
+    ``confidence`` percentile interval of the mean of the pairs' ratios over a bootstrap of the steps of each
+    series (and of each pair's baselines where there are several), divided by the mean measured. With
+    ``effects`` (``run_effects``), each draw also moves every series by a rerun's effect drawn from them. A
+    series given to several pairs (the same object: one baseline trial of several seeds) is drawn once per
+    draw. Pairs with a series of fewer than 2 finite values are left out; NaN where none is left. Multiply
+    the mean ratio by the factors for its interval."""
     rng = np.random.default_rng(_SEED)
-    measured, drawn = [], []
+    drawn: dict[int, np.ndarray] = {}
+
+    def draw(series: Sequence[float], finite: np.ndarray) -> np.ndarray:
+        if id(series) not in drawn:
+            medians = _medians(finite, rng, draws)
+            if effects is not None and len(effects):  # the series run again: moved by a measured run's effect
+                medians = medians * np.exp(effects[rng.integers(len(effects), size=draws)])
+            drawn[id(series)] = medians
+        return drawn[id(series)]
+
+    measured, ratios = [], []
     for numerators, denominator in pairs:
-        numerators, denominator = [_finite(series) for series in numerators], _finite(denominator)
-        if not numerators or len(denominator) < 2 or any(len(series) < 2 for series in numerators):
-            return math.nan, math.nan
-        measured.append(np.mean([np.median(series) for series in numerators]) / np.median(denominator))
-        drawn.append(_ratios(numerators, denominator, effects, rng, draws))
-    if not measured or not np.mean(measured) > 0:
+        tops, bottom = [_finite(series) for series in numerators], _finite(denominator)
+        if not tops or len(bottom) < 2 or any(len(series) < 2 for series in tops):
+            continue
+        each = np.stack([draw(series, finite) for series, finite in zip(numerators, tops)], axis=1)
+        taken = rng.integers(len(tops), size=(draws, len(tops)))  # which baselines each draw takes
+        top_draws, bottom_draws = np.take_along_axis(each, taken, axis=1).mean(axis=1), draw(denominator, bottom)
+        top, bottom_median = np.mean([np.median(series) for series in tops]), np.median(bottom)
+        measured.append(bottom_median / top if inverse else top / bottom_median)
+        ratios.append(bottom_draws / top_draws if inverse else top_draws / bottom_draws)
+    mean = float(np.mean(measured)) if measured else math.nan
+    if not mean > 0:
         return math.nan, math.nan
     tail = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(np.mean(drawn, axis=0), [tail, 1.0 - tail])
-    return float(lo / np.mean(measured)), float(hi / np.mean(measured))
-
-
-def _ratios(numerators: list[np.ndarray], denominator: np.ndarray, effects: np.ndarray | None,
-            rng: np.random.Generator, draws: int) -> np.ndarray:
-    """``draws`` bootstrap draws of one pair's ratio of medians (``ratio_factors``)."""
-    seeds = rng.integers(len(numerators), size=(draws, len(numerators)))  # which baselines each draw takes
-    drawn = np.stack([_medians(series, rng, draws) for series in numerators])  # [baselines, draws]
-    tops = np.take_along_axis(drawn.T, seeds, axis=1)  # [draws, baselines taken]
-    bottoms = _medians(denominator, rng, draws)
-    if effects is not None and len(effects):  # each series run again: moved by a measured run's effect
-        reruns = np.exp(effects[rng.integers(len(effects), size=(draws, len(numerators) + 1))])
-        tops, bottoms = tops * reruns[:, 1:], bottoms * reruns[:, 0]
-    return tops.mean(axis=1) / bottoms
+    lo, hi = np.quantile(np.mean(ratios, axis=0), [tail, 1.0 - tail])
+    return float(lo / mean), float(hi / mean)
 
 
 def measurable(lo: float, hi: float) -> bool:

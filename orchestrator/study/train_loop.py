@@ -211,8 +211,10 @@ def _train_epoch(run: _Run, epoch: int, steps: int) -> _Seen:
 
 def _others_cores(run: _Run, start: env_info.CpuTicks | None, end: env_info.CpuTicks | None) -> float:
     """The cores other processes than the trial's workers used during the epoch (env_info.others_cores),
-    where every rank runs on this machine (a local run, an emulated cluster); NaN on several machines."""
-    ours = end.own_s - start.own_s if start is not None and end is not None else math.nan
+    where every rank runs on this machine (a local run, an emulated cluster); NaN on several machines, and
+    with loader workers (child processes, whose CPU time a process's own does not count)."""
+    known = start is not None and end is not None and not run.config.get("loader_workers")
+    ours = end.own_s - start.own_s if known else math.nan
     where, (ours_s,) = env_info.machine_id(), run.aggregate([ours], "sum")
     (lowest,), (highest,) = run.aggregate([where], "min"), run.aggregate([where], "max")
     return env_info.others_cores(start, end, ours_s) if lowest == highest == where else math.nan

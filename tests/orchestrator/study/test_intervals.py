@@ -70,4 +70,21 @@ def test_the_mean_of_several_seeds_ratios_is_surer_than_one_seeds():
     one, four = ratio_factors(seeds[:1], effects), ratio_factors(seeds, effects)
     assert four[1] - four[0] < one[1] - one[0]
     assert four[0] < 1.0 < four[1]
-    assert all(math.isnan(v) for v in ratio_factors([*seeds, ([[1.0, 2.0]], [1.0])]))  # one series too short
+    assert all(math.isnan(v) for v in ratio_factors([([[1.0, 2.0]], [1.0])]))  # every pair too short: none
+
+
+def test_one_baseline_of_several_seeds_is_drawn_once_so_its_noise_is_not_averaged_away():
+    rng = np.random.default_rng(3)
+    baseline = list(2.0 + 0.4 * rng.random(40))
+    own = [list(1.0 + 0.05 * rng.random(40)) for _ in range(4)]
+    shared = ratio_factors([([baseline], series) for series in own])
+    copies = ratio_factors([([list(baseline)], series) for series in own])  # equal lists, distinct objects
+    assert shared[1] - shared[0] > copies[1] - copies[0]
+
+
+def test_an_overhead_is_the_mean_of_own_over_baseline_and_short_series_are_left_out():
+    rng = np.random.default_rng(4)
+    pairs = [([list(1.0 + 0.1 * rng.random(30))], list(s + 0.1 * rng.random(30))) for s in (1.8, 2.2)]
+    lo, hi = ratio_factors(pairs, inverse=True)
+    assert lo < 1.0 < hi and measurable(2.0 * lo, 2.0 * hi)
+    assert ratio_factors([*pairs, ([[1.0]], [1.0, 2.0])], inverse=True) == (lo, hi)  # one step: left out
