@@ -264,6 +264,15 @@ def same_payload(a: torch.Tensor, b: torch.Tensor, body_start: int) -> None:
 # ---------------------------------------------------------------- sweep files and results folders
 
 
+def numba_cache_dir() -> str:
+    """The folder of the Numba kernels' disk cache this test process uses (compressors/kernels:
+    NUMBA_CACHE_DIR, else ``$XDG_CACHE_HOME/lowprec/numba``, else ``~/.cache/lowprec/numba``), for the
+    processes a test starts with a HOME of its own: without it each of their Ray workers compiled
+    the kernels anew in that empty HOME, most of a minute on 2 cores."""
+    return os.environ.get("NUMBA_CACHE_DIR") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lowprec" / "numba")
+
+
 def write(tmp_path: Path, text: str | bytes, name: str = "sweep.yaml") -> Path:
     """``text`` (or raw bytes) written to ``tmp_path / name``."""
     path = tmp_path / name

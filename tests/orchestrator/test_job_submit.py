@@ -37,7 +37,7 @@ import pandas as pd
 import pytest
 
 from tests.distributed import free_port
-from tests.helpers import ROOT
+from tests.helpers import ROOT, numba_cache_dir
 
 DOC = ROOT / "docs" / "sweeps.md"
 SECTION = "### On a Ray cluster: `ray job submit`"
@@ -83,7 +83,7 @@ def test_documented_job_submit_lines_run_on_a_local_cluster(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "PYTHONPATH")}
     env.update(HOME=str(home), PATH=f"{Path(RAY).parent}{os.pathsep}{env.get('PATH', '')}",
-               RAY_USAGE_STATS_ENABLED="0",
+               RAY_USAGE_STATS_ENABLED="0", NUMBA_CACHE_DIR=numba_cache_dir(),  # the kernels compiled once
                RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0")  # SIGTERM ends the head at once, not after 30 s
 
     done = _shell(token_line, env, 60)

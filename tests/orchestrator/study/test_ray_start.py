@@ -20,7 +20,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.study import ray_session, runner
 from orchestrator.study.sweep_file import load_sweep
-from tests.helpers import ROOT, TINY_SWEEP, write
+from tests.helpers import ROOT, TINY_SWEEP, numba_cache_dir, write
 
 # what start_ray sets in the environment, put back after each test
 _SET = ("RAY_AIR_NEW_OUTPUT", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE", "RAY_prestart_worker_first_driver",
@@ -180,7 +180,8 @@ def test_sigterm_while_a_local_ray_starts_shuts_it_down_and_says_how_to_resume(t
     results = tmp_path / "results"
     (tmp_path / "home").mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
-    env.update(HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0")
+    env.update(HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0",
+               NUMBA_CACHE_DIR=numba_cache_dir())
     driver = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(sweep), "--results", str(results)],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     started: dict[int, str] = {}  # every process below the driver, as long as it runs

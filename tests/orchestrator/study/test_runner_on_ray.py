@@ -10,7 +10,8 @@ reason, and that a local run listens on loopback only and answers an interrupt
 with this tool's resume advice (``ray job submit``: tests/orchestrator/test_job_submit.py).
 
 Every Ray process runs with HOME in a temporary folder, so a token in the
-user's ``~/.ray/auth_token`` (Ray 2.60 token authentication) plays no part.
+user's ``~/.ray/auth_token`` (Ray 2.60 token authentication) plays no part; the
+Numba kernels' cache stays the one of the process running the tests.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.results.tables import RESULT_COLUMNS
-from tests.helpers import ROOT
+from tests.helpers import ROOT, numba_cache_dir
 
 TIMEOUT_S = 300
 # The ray CLI of the Python running the tests, whatever PATH says.
@@ -53,7 +54,8 @@ sweep:
 def ray_env(home: Path) -> dict[str, str]:
     home.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
-    env.update(HOME=str(home), PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0")
+    env.update(HOME=str(home), PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0",
+               NUMBA_CACHE_DIR=numba_cache_dir())
     return env
 
 
