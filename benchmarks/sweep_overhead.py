@@ -1,6 +1,6 @@
 """Sweep overhead benchmark: the seconds a sweep spends outside its trials' training, per trial.
 
-Runs a sweep (default: the quickstart, 12 trials on 1 and 2 workers) ``--repeats`` times through the
+Runs a sweep (default: the quickstart, 36 trials on 1 and 2 workers) ``--repeats`` times through the
 command line, each into a fresh results folder, and reports per run: the wall time of
 ``python -m orchestrator run`` (Ray's start, every trial, the tables and plots at the end), the sum of
 the trials' ``train_time_s`` (seconds in training steps), and the overhead per trial
