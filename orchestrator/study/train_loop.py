@@ -216,8 +216,8 @@ def _others_cores(run: _Run, start: env_info.CpuTicks | None, end: env_info.CpuT
     known = start is not None and end is not None and not run.config.get("loader_workers")
     ours = end.own_s - start.own_s if known else math.nan
     where, (ours_s,) = env_info.machine_id(), run.aggregate([ours], "sum")
-    (lowest,), (highest,) = run.aggregate([where], "min"), run.aggregate([where], "max")
-    return env_info.others_cores(start, end, ours_s) if lowest == highest == where else math.nan
+    lowest, negated_highest = run.aggregate([where, -where], "min")  # one collective for both ends
+    return env_info.others_cores(start, end, ours_s) if lowest == -negated_highest == where else math.nan
 
 
 def _epoch_metrics(run: _Run, epoch_number: int, hook: Any, first_stat: int, ticks: env_info.CpuTicks | None,

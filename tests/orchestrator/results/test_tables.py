@@ -164,6 +164,6 @@ def test_seeds_measure_the_spread_between_runs_and_share_their_means_interval():
 def test_the_study_line_names_a_users_file_by_its_name_not_its_folder():
     from orchestrator.results.summary import study_line
 
-    trials = pd.DataFrame({"model": ["/tmp/run-1234/results/code/my_models.py:build"], "dataset": ["mnist"],
+    trials = pd.DataFrame({"model": ["/home/ada/study/results/code/my_models.py:build"], "dataset": ["mnist"],
                            "num_workers": [2]})
     assert study_line(trials) == "my_models.py:build on mnist; 2 workers; links as they are (no emulation)"
