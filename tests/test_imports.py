@@ -191,6 +191,7 @@ SUB_ALLOWED = {
     "compressors.codecs": {"compressors.core", "compressors.kernels", "compressors.cuda"},
     "compressors.comm": {"compressors.core"},
     "compressors.ddp": {"compressors.comm", "compressors.core"},
+    "compressors.sync": {"compressors.comm"},
     "orchestrator.study": {"orchestrator.cluster"},
     "orchestrator.cluster": set(),
     "orchestrator.predict": {"orchestrator.study"},

@@ -2,8 +2,8 @@
 other, and each configuration's times from its one-worker trials.
 
 A configuration's times (compute, encode, decode and exposed communication per step) are the medians
-over its one-worker trials (repeats, seeds). Hook-only methods (no payload codec of ours) and trials run
-on GPUs are not modelled; a hierarchical trial is no input (one worker is one host: nothing is
+over its one-worker trials (repeats, seeds). Hook-only methods (no payload codec of ours), trials run
+on GPUs and a periodic sync (local_sgd, diloco) are not modelled; a hierarchical trial is no input (one worker is one host: nothing is
 compressed), its codec's sra configuration is.
 """
 from __future__ import annotations
@@ -161,6 +161,9 @@ def _not_an_input(settings: dict[str, Any]) -> str | None:
         return "it runs only as PyTorch's DDP hook, whose traffic the model does not know"
     if settings["use_gpu"]:
         return "a GPU trial is not modelled"
+    if settings.get("sync", "every_step") != "every_step":
+        return (f"sync {settings['sync']} is not modelled: the model knows an exchange of every step's "
+                "gradients, not one of the parameters every inner_steps steps")
     if settings["algorithm"] == "hierarchical":
         return ("a hierarchical trial is no input (one worker is one host: nothing is compressed); "
                 "with --workers_per_host, each sra configuration is predicted hierarchical")

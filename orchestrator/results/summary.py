@@ -192,6 +192,11 @@ def _not_ok_lines(not_ok: pd.DataFrame, shown: int = 3) -> list[str]:
     return lines
 
 
+def _periodic(trials: pd.DataFrame) -> bool:
+    """Whether some trial exchanged every inner_steps steps (sync local_sgd or diloco)."""
+    return "sync" in trials and bool(trials["sync"].isin(("local_sgd", "diloco")).any())
+
+
 def _step_time_lines(ok: pd.DataFrame) -> list[str]:
     table = step_time_table(ok) if not ok.empty else pd.DataFrame()
     if table.empty:
@@ -201,7 +206,9 @@ def _step_time_lines(ok: pd.DataFrame) -> list[str]:
              "step = compute + exposed comm, the communication backward did not hide. encode, comm, decode: the "
              "hook's own phases, which overlap the step (comm: wall time of its collectives; – for plain DDP, "
              "which has no hook to time them). With one worker nothing crosses a link: its exposed comm is the "
-             "hook's own overhead (encoding, decoding, a collective over a group of one), marked \"(hook)\".",
+             "hook's own overhead (encoding, decoding, a collective over a group of one), marked \"(hook)\"."
+             + (" With sync local_sgd or diloco a step is the mean of each run of inner_steps steps, and exposed comm "
+                "the wait for its exchanges (docs/sync.md)." if _periodic(ok) else ""),
              "", "| configuration | step | compute | exposed comm | encode | comm | decode |", "|" + "---|" * 7]
     for label, row in table.iterrows():
         # compute is shown as step - exposed comm after rounding, so every row adds up as printed

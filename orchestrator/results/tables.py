@@ -24,7 +24,7 @@ from ..study.columns import ID_COLUMNS, MODEL_COLUMNS, RESULT_COLUMNS, STEP_METR
 from ..study import labels
 from ..study.intervals import median_interval, ratio_factors, run_effects, spread
 from ..study.quality import Quality, quality, targets
-from ..study.settings import FP32, SIXTEEN_BIT, TEST_HOOKS, compressor_param_names
+from ..study.settings import ALL_SYNC_KEYS, FP32, SIXTEEN_BIT, TEST_HOOKS, compressor_param_names
 
 __all__ = [
     "STEP_METRICS", "MODEL_COLUMNS", "RESULT_COLUMNS", "ID_COLUMNS",
@@ -41,8 +41,16 @@ _SPEEDUP_TIMES = (("time_to_target_s", "time_to_target"), ("step_time_s", "step_
 
 def _compression_keys() -> tuple[str, ...]:
     """The settings that tell one configuration from another at equal workload and scale (the hierarchical
-    algorithm's precision inside a host and its exchange across hosts among them)."""
-    return ("compressor", *compressor_param_names(), "algorithm", "intra", "inter")
+    algorithm's precision inside a host and its exchange across hosts among them, how often workers
+    exchange and its settings)."""
+    return ("compressor", *compressor_param_names(), "algorithm", "intra", "inter", "sync", *ALL_SYNC_KEYS)
+
+
+def _baselines(trials: pd.DataFrame, compressor: str | None) -> pd.DataFrame:
+    """The "ok" trials of ``compressor`` that exchange every step (what users run: DDP's all-reduce, or its
+    16-bit hook): every configuration is compared with them, a periodic sync's too."""
+    every_step = trials["sync"].isna() | (trials["sync"] == "every_step") if "sync" in trials else True
+    return trials[(trials["status"] == "ok") & (trials["compressor"] == compressor) & every_step]
 
 
 def flat_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -140,12 +148,11 @@ def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = N
 
     trials["accuracy_delta"] = accuracy_delta(trials)
     trials["loss_delta"] = loss_delta(trials)
-    ok = trials[trials["status"] == "ok"]
     for baseline, speedup, basis in ((FP32, "speedup_vs_fp32", "speedup_basis"),
                                      (sixteen_bit_baseline(trials), "speedup_vs_16bit", "speedup_vs_16bit_basis")):
-        result = speedups(trials, ok[ok["compressor"] == baseline])
+        result = speedups(trials, _baselines(trials, baseline))
         trials[speedup], trials[basis] = result["speedup"], result["basis"]
-    trials["overhead_vs_fp32"] = overheads(trials, ok[ok["compressor"] == FP32])
+    trials["overhead_vs_fp32"] = overheads(trials, _baselines(trials, FP32))
     steps = {r["trial_id"]: r.get("step_times_s") or [] for r in records}
     trials["step_time_s_lo"], trials["step_time_s_hi"] = _step_time_intervals(trials, steps)
     effects = _run_effects(trials, steps)
@@ -153,7 +160,7 @@ def trials_table(records: list[dict[str, Any]], history: pd.DataFrame | None = N
     for baseline, ratio, inverse in ((FP32, "speedup_vs_fp32", False), (sixteen_bit_baseline(trials), "speedup_vs_16bit", False),
                                      (FP32, "overhead_vs_fp32", True)):
         trials[f"{ratio}_lo"], trials[f"{ratio}_hi"] = ratio_intervals(
-            trials, ok[ok["compressor"] == baseline], trials[ratio], steps, effects, inverse)
+            trials, _baselines(trials, baseline), trials[ratio], steps, effects, inverse)
     return trials.reindex(columns=[*ID_COLUMNS, *settings, *RESULT_COLUMNS])
 
 
@@ -266,7 +273,7 @@ def accuracy_delta(trials: pd.DataFrame) -> pd.Series:
     """``final_accuracy`` minus the mean final accuracy of the "ok" fp32 trials of the same
     workload (same settings but compression and seed); NaN without such a baseline."""
     keys = _keys(trials)
-    fp32 = (trials["status"] == "ok") & (trials["compressor"] == FP32)
+    fp32 = trials.index.isin(_baselines(trials, FP32).index)
     baseline = trials["final_accuracy"][fp32].groupby(keys["workload"][fp32]).mean()
     return trials["final_accuracy"] - keys["workload"].map(baseline)
 
@@ -275,7 +282,7 @@ def loss_delta(trials: pd.DataFrame) -> pd.Series:
     """``final_loss`` minus the mean final test loss of the "ok" fp32 trials of the same workload; NaN
     without such a baseline."""
     keys = _keys(trials)
-    fp32 = (trials["status"] == "ok") & (trials["compressor"] == FP32)
+    fp32 = trials.index.isin(_baselines(trials, FP32).index)
     baseline = numeric(trials["final_loss"])[fp32].groupby(keys["workload"][fp32]).mean()
     return numeric(trials["final_loss"]) - keys["workload"].map(baseline)
 

@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-STEP_REDUCTIONS = ("median", "median_low", "mean", "sum")
+STEP_REDUCTIONS = ("median", "median_low", "mean", "sum", "max")
 RANK_REDUCTIONS = ("max", "min", "mean", "sum")
 EPOCH_REDUCTIONS = ("median", "median_low", "last")
 
@@ -76,13 +76,17 @@ EPOCH: tuple[Column, ...] = (
     Column("test_perplexity", "", "exp(test_loss): a language model's perplexity per token; empty for "
            "classification"),
     Column("train_loss", "nats", "mean cross-entropy over the epoch's training samples (tokens), all ranks"),
-    Column("step_time_s", "s", "seconds per training step", steps="median_low", ranks="max", epochs="median_low"),
+    Column("step_time_s", "s", "seconds per training step; with sync local_sgd or diloco, the mean step of each "
+           "run of inner_steps steps (in which every parameter is exchanged once), so that each holds its share "
+           "of the exchanges",
+           steps="median_low", ranks="max", epochs="median_low"),
     Column("samples_per_s", "samples/s", "training throughput of all workers: samples / the epoch's time",
            epochs="median"),
     Column("compute_s", "s", "of a step: forward, backward and optimizer without waiting on communication "
            "(step time minus exposed communication)", part_of="step_time_s"),
     Column("exposed_comm_s", "s", "of a step: communication backward did not hide (the hooks' main-thread part "
-           "and waiting for their futures; compressors.ddp.step_clock)", part_of="step_time_s"),
+           "and waiting for their futures; compressors.ddp.step_clock); with a periodic sync, the wait for its "
+           "exchanges", part_of="step_time_s"),
     Column("encode_s", "s", "the hook's encoding per step; overlaps the step when overlap is on",
            steps="median", ranks="max", epochs="median"),
     Column("comm_s", "s", "wall time of the hook's collectives per step, each second once; empty for plain DDP "
@@ -90,6 +94,9 @@ EPOCH: tuple[Column, ...] = (
     Column("decode_s", "s", "the hook's decoding per step; overlaps the step when overlap is on",
            steps="median", ranks="max", epochs="median"),
     Column("bytes_sent", "bytes", "bytes one rank sends per step", steps="mean", ranks="mean", epochs="median"),
+    Column("peak_bytes_sent", "bytes", "the most bytes one rank sent in one step: an exchange's where the sync is "
+           "periodic (Streaming DiLoCo's fragments lower it), bytes_sent otherwise",
+           steps="max", ranks="max", epochs="median"),
     Column("bytes_intra", "bytes", "of bytes_sent, what went to ranks on the same host (a ring's to the next rank, "
            "the others' to each rank alike; the hierarchical algorithm's inside the host)",
            steps="mean", ranks="mean", epochs="median"),
@@ -195,7 +202,8 @@ TRIAL: tuple[Column, ...] = (
            "trial on an emulated cluster, from the one-worker trials and the sharing of cores that the sweep's "
            "predictor inputs measured (predictor_inputs/) and the calibrated link; empty elsewhere"),
     *(column(name) for name in ("compute_s", "exposed_comm_s", "encode_s", "comm_s", "decode_s",
-                                "samples_per_s", "bytes_sent", "bytes_intra", "bytes_inter", "compression_ratio", "cpu_steal_share",
+                                "samples_per_s", "bytes_sent", "peak_bytes_sent", "bytes_intra", "bytes_inter",
+                                "compression_ratio", "cpu_steal_share",
                                 "cpu_idle_share", "others_cpu_cores", "load_avg", "cores", "threads")),
     Column("parameters", "", "the model's parameter count (empty for a trial that failed before training)"),
     Column("grad_bytes_fp32", "bytes", "the model's gradient bytes in fp32"),
@@ -220,7 +228,8 @@ def _finite(values: Iterable[float]) -> list[float]:
 
 
 _STEP: dict[str, Callable[[list[float]], float]] = {
-    "median": statistics.median, "median_low": statistics.median_low, "mean": statistics.fmean, "sum": math.fsum}
+    "median": statistics.median, "median_low": statistics.median_low, "mean": statistics.fmean, "sum": math.fsum,
+    "max": max}
 
 
 def median_low_index(values: list[float]) -> int:

@@ -1,14 +1,18 @@
 """What a training run sets up before its first step: the process group, the model in DDP with the
-compressor as its communication hook, and the optimizer.
+compressor as its communication hook (or, with a periodic sync, the model alone and its outer loop), and
+the optimizer.
 
 fp32 over allreduce, the baseline, is plain DDP (no hook: ``compressors.ddp.PlainDDPStats`` counts its
 bytes). Every other method runs through a ``HookSwitch`` that holds fp32's hook for the warm-up epochs
-and the method's after.
+and the method's after. With sync local_sgd or diloco no DDP wraps the model (no all-reduce in a step):
+``compressors.sync.OuterSync`` exchanges through a Reducer of the compressor every inner_steps steps
+(fp32's in the warm-up epochs).
 """
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +20,10 @@ import torch
 import torch.distributed as dist
 
 import workloads
-from compressors import ddp, owns_momentum
+from compressors import Reducer, ddp, owns_momentum
+from compressors.comm.reducer import phase_group
 from compressors.comm.topology import Topology, discover
+from compressors.sync import OuterSync
 from compressors.core import registry
 from compressors.ddp.step_clock import StepClock
 
@@ -96,9 +102,23 @@ class Hooks:
             self.switch.active = hook
         return hook
 
+    period = 1  # steps between two exchanges
+
+    def after_step(self) -> float:
+        """Nothing is left to exchange after the optimizer's step (DDP did it in backward): 0 s waited."""
+        return 0.0
+
     def end_step(self) -> None:
         if self.switch is None:  # plain DDP has no hook to count its steps
             self.main.end_step()
+
+    @contextlib.contextmanager
+    def evaluated(self) -> Iterator[None]:
+        """The model as it is: every rank holds the same parameters."""
+        yield
+
+    def close(self) -> None:
+        """Nothing in flight outlives a step."""
 
 
 def _attach_hooks(config: dict[str, Any], model: torch.nn.parallel.DistributedDataParallel, topology: Topology,
@@ -114,15 +134,38 @@ def _attach_hooks(config: dict[str, Any], model: torch.nn.parallel.DistributedDa
     return Hooks(warm, main, switch)
 
 
+def _outer_sync(config: dict[str, Any], params: list[torch.nn.Parameter], topology: Topology) -> OuterSync:
+    """The outer loop of sync local_sgd or diloco: the compressor's Reducer over the outer gradients (over a
+    process group of its own where an exchange runs beside the steps, whose collectives go on meanwhile)."""
+    overlapped = bool(config["overlap_steps"])
+    group = phase_group(None) if overlapped else None
+
+    def reducer(compressor: str, algorithm: str | None, params: dict[str, Any], impl: str = "auto") -> Reducer:
+        return Reducer(compressor, algorithm, min_compress_numel=config["min_compress_numel"], group=group,
+                       impl=impl, topology=topology, intra=config["intra"] or "fp32", inter=config["inter"] or "sra",
+                       seed=config["seed"], **params)
+
+    main = reducer(config["compressor"], config["algorithm"], config["compressor_params"], config["impl"])
+    warm = reducer("fp32", None, {}) if config["warmup_epochs"] else None
+    # local SGD lands on the workers' average: lr 1 without momentum.
+    diloco = config["sync"] == "diloco"
+    return OuterSync(params, main, inner_steps=config["inner_steps"], warm=warm,
+                     outer_lr=config["outer_lr"] if diloco else 1.0,
+                     outer_momentum=config["outer_momentum"] if diloco else 0.0,
+                     fragments=config["fragments"] or 1, overlap_steps=config["overlap_steps"] or 0)
+
+
 @dataclass
 class Setup:
-    """A run's model (``model.module`` the user's, wrapped in DDP) and what trains it."""
+    """A run's model (``model.module`` the user's, wrapped in DDP; with a periodic sync the user's module
+    itself) and what trains it; ``sync`` exchanges what the steps computed (``Hooks``: DDP's hooks, or
+    ``OuterSync``)."""
 
-    model: torch.nn.parallel.DistributedDataParallel
+    model: torch.nn.Module
     params: list[torch.nn.Parameter]
     summary: dict[str, Any]  # workloads.model_summary
     timer: StepTimer
-    hooks: Hooks
+    sync: Hooks | OuterSync
     optimizer: torch.optim.Optimizer
 
     @property
@@ -138,11 +181,13 @@ def build(config: dict[str, Any], data: workloads.DatasetPair, device: torch.dev
     summary = workloads.model_summary(module, config["min_compress_numel"])
     # Which host each rank runs on: what crosses hosts (bytes_inter), and the hierarchical algorithm's levels.
     topology = discover()
+    params = list(module.parameters())
+    timer = StepTimer(module, device)
+    if config["sync"] != "every_step":
+        return Setup(module, params, summary, timer, _outer_sync(config, params, topology), optimizer(config, params))
     # DDP also with one worker: the compressor encodes and decodes every gradient, so its cost in
     # accuracy shows, through the same hook as with many.
     model = torch.nn.parallel.DistributedDataParallel(
         module, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=config["bucket_cap_mb"])
-    params = list(module.parameters())
-    timer = StepTimer(module, device)
     hooks = _attach_hooks(config, model, topology, sum(p.numel() for p in params), timer.clock)
     return Setup(model, params, summary, timer, hooks, optimizer(config, params))

@@ -4,7 +4,9 @@ A label is the compressor's name followed by ``key=value`` for each setting
 shown, in the order given: ``qsgd bits=4 algorithm=sra lr=0.1``. Within a
 study (``config_labels``) a label shows the compressor's parameters and
 algorithm only where they differ from the compressor's defaults or vary
-between its trials, then the other settings that vary between trials; the full
+between its trials, then a sync other than every_step with its settings on
+the same rule (``fp16 sync=diloco inner_steps=50``), then the other settings
+that vary between trials; the full
 settings stay in the results' columns. Values are written so that distinct
 values give distinct text (floats in their shortest round-trip form).
 """
@@ -16,11 +18,11 @@ from typing import Any
 
 import compressors
 
-from .settings import compressor_param_names, default_algorithm
+from .settings import ALL_SYNC_KEYS, SYNC_DEFAULTS, SYNC_KEYS, compressor_param_names, default_algorithm
 
-# Settings a label never shows as "varying": what tells configurations apart is shown per compressor,
-# and workers and seed are where a configuration is run, not what it is.
-_NOT_VARYING = ("compressor", "compressor_params", "algorithm", "num_workers", "seed")
+# Settings a label never shows as "varying": what tells configurations apart is shown per compressor (and
+# per sync), and workers and seed are where a configuration is run, not what it is.
+_NOT_VARYING = ("compressor", "compressor_params", "algorithm", "num_workers", "seed", "sync", *ALL_SYNC_KEYS)
 
 
 def format_value(value: Any) -> str:
@@ -70,9 +72,24 @@ def config_labels(rows: Sequence[Mapping[str, Any]], settings: Iterable[str], ex
         own[name] = {key for key, default in defaults.items()
                      if len({_text(row.get(key)) for row in group}) > 1
                      or any(row.get(key) is not None and _text(row.get(key)) != _text(default) for row in group)}
+    synced = _sync_shown(rows)
     labels = []
     for row in rows:
         shown = own[str(row["compressor"])]
         keys = [k for k in (*compressor_param_names(), "algorithm") if k in shown]
-        labels.append(config_label(row, [*keys, *varying, *extra]))
+        labels.append(config_label(row, [*keys, *synced.get(str(row.get("sync")), ()), *varying, *extra]))
     return labels
+
+
+def _sync_shown(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Per sync other than every_step, the keys its rows show: sync itself, then the settings it takes that
+    have no default, differ from theirs, or vary between its rows."""
+    shown: dict[str, list[str]] = {}
+    for sync in dict.fromkeys(str(row.get("sync")) for row in rows):
+        if sync not in SYNC_KEYS or sync == "every_step":
+            continue
+        group = [row for row in rows if str(row.get("sync")) == sync]
+        shown[sync] = ["sync", *(key for key in SYNC_KEYS[sync]
+                                 if key not in SYNC_DEFAULTS or len({_text(r.get(key)) for r in group}) > 1
+                                 or any(_text(r.get(key)) != _text(SYNC_DEFAULTS[key]) for r in group))]
+    return shown

@@ -32,6 +32,7 @@ from .workload_checks import workload_problems
 from ..cluster.emulation import MAX_WORKERS_PER_HOST
 from compressors.core import registry
 from compressors.core.params import NAMES, RATE, SEED, Param
+from compressors.sync import MERGE_ALPHA, min_gap
 
 # The most trials a sweep may expand to: each is a dict in memory and a record on disk, and a grid of
 # millions took minutes and gigabytes before failing.
@@ -40,6 +41,14 @@ MAX_TRIALS = 100_000
 # correction, 1 - 0.9, first): beyond float32's 3.4e38 torch refuses the step itself. Up to this bound a
 # step that overflows leaves a non-finite weight, and the trial ends diverged.
 OPTIMIZER_SCALAR_MAX = 1e37
+# How often workers exchange (``sync``) and the settings each takes, with the defaults of those that have one
+# (DiLoCo's paper: outer lr 0.7, Nesterov momentum 0.9). local_sgd's outer SGD is lr 1 without momentum.
+SYNCS = ("every_step", "local_sgd", "diloco")
+SYNC_KEYS: dict[str, tuple[str, ...]] = {
+    "every_step": (), "local_sgd": ("inner_steps",),
+    "diloco": ("inner_steps", "outer_lr", "outer_momentum", "fragments", "overlap_steps")}
+SYNC_DEFAULTS: dict[str, float | int] = {"outer_lr": 0.7, "outer_momentum": 0.9, "fragments": 1, "overlap_steps": 0}
+ALL_SYNC_KEYS: tuple[str, ...] = SYNC_KEYS["diloco"]
 # Ray takes the wait for a placement group as an int64 of seconds (1e300 cannot be passed on); past
 # this (11.6 days) null, waiting forever, says it.
 PLACEMENT_TIMEOUT_MAX_S = 1_000_000
@@ -151,6 +160,27 @@ _TRAINING: tuple[Param, ...] = (
               "null: a tenth of an epoch's steps, rounded up. Every epoch also ends with an evaluation"),
     Param("eval_samples", None, int, low=1, nullable=True,
           doc="test samples each evaluation uses, the first this many of the test set (null: all of it)"),
+    Param("sync", "every_step", str, choices=SYNCS,
+          doc="how often workers exchange: every_step (DDP averages the gradients, the compressor as its hook); "
+              "local_sgd (each worker steps alone, the parameters averaged every inner_steps steps); diloco (the "
+              "outer gradient, global minus local parameters, averaged every inner_steps steps and applied by "
+              "an outer SGD with Nesterov momentum). The compressor compresses what is exchanged (docs/sync.md)"),
+    Param("inner_steps", None, int, low=1, high=1_000_000, nullable=True,
+          doc="local_sgd, diloco: the steps each worker takes alone between two exchanges (the papers' H); "
+              "required with them"),
+    Param("outer_lr", None, float, low=0, low_open=True, high=OPTIMIZER_SCALAR_MAX, nullable=True,
+          doc=f"diloco: the outer SGD's learning rate (null: {SYNC_DEFAULTS['outer_lr']}, the paper's)"),
+    Param("outer_momentum", None, float, low=0, high=1, nullable=True,
+          doc=f"diloco: the outer SGD's Nesterov momentum (null: {SYNC_DEFAULTS['outer_momentum']}, the paper's; "
+              "0: plain SGD)"),
+    Param("fragments", None, int, low=1, high=1024, nullable=True,
+          doc="diloco: Streaming DiLoCo's fragments, contiguous groups of parameters of about equal size, each "
+              "exchanged every inner_steps steps, the fragments spread evenly between (null: 1, all at once); at "
+              "most inner_steps"),
+    Param("overlap_steps", None, int, low=0, high=1_000_000, nullable=True,
+          doc="diloco: the inner steps an exchange runs beside before its fragment merges (Streaming DiLoCo's "
+              f"tau; null: 0, blocking); below floor(inner_steps / fragments). At the merge the worker keeps "
+              f"{MERGE_ALPHA} of its own parameters"),
     Param("intra", None, str, choices=compressors.INTRA_DTYPES, nullable=True,
           doc="algorithm hierarchical: the precision gradients travel in inside a host (null: fp32)"),
     Param("inter", None, str, choices=compressors.INTER_ALGORITHMS, nullable=True,
@@ -244,6 +274,7 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
     if settings["backend"] == "nccl" and not settings["use_gpu"]:
         yield "backend", "nccl needs GPUs: set use_gpu: true, or use gloo (or auto) on CPUs"
     yield from _impl_problems(settings)
+    yield from _sync_problems(settings)
     for key in ("intra", "inter"):
         if settings.get(key) is not None and settings.get("algorithm") != "hierarchical":
             yield key, f"{key} is a setting of algorithm hierarchical; unset it or set algorithm: hierarchical"
@@ -269,6 +300,49 @@ def _impl_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
         yield "impl", f"{compressor} has no {registry.KERNELS[impl]} kernels; use impl: auto or reference"
     if not registry.runs_on(impl, "cuda" if settings["use_gpu"] else "cpu"):
         yield "impl", _WRONG_DEVICE[impl]
+
+
+def _sync_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
+    """A sync setting that the trial's sync does not take, a missing inner_steps, a schedule that cannot run,
+    and the methods that compress each step's gradients in DDP's hook only."""
+    sync = settings.get("sync") or "every_step"
+    for key in ALL_SYNC_KEYS:
+        takers = [name for name, keys in SYNC_KEYS.items() if key in keys]
+        if settings.get(key) is not None and sync not in takers:
+            yield key, f"{key} is a setting of sync {' and '.join(takers)}; unset it or set sync: {takers[-1]}"
+    if sync == "every_step":
+        return
+    compressor = settings["compressor"]
+    if compressor in compressors.names() and registry.hook_only(compressor):
+        yield "compressor", (f"{compressor} runs as DDP's own communication hook, on every step's gradients: with "
+                             f"sync {sync} use a codec (compressor: fp32, fp16, qsgd, mx, ...)")
+    elif compressor in compressors.names() and registry.owns_momentum(compressor):
+        yield "compressor", (f"{compressor} keeps sgd's momentum of every step in its memory: use sync: every_step, "
+                             "or another codec")
+    inner = settings.get("inner_steps")
+    if inner is None:
+        yield "inner_steps", f"sync {sync} needs inner_steps, the steps each worker takes alone between two exchanges"
+        return
+    fragments = settings.get("fragments") or SYNC_DEFAULTS["fragments"]
+    overlap = settings.get("overlap_steps") or SYNC_DEFAULTS["overlap_steps"]
+    if inner < fragments:
+        yield "fragments", f"fragments={fragments} must be at most inner_steps={inner}: one exchange a step at most"
+    elif overlap >= min_gap(inner, fragments):
+        yield "overlap_steps", (f"overlap_steps={overlap} must be below floor(inner_steps / fragments) = "
+                                f"{min_gap(inner, fragments)}: a fragment's exchange merges before the next one starts")
+
+
+def with_sync_defaults(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with the sync settings its sync does not take set to null and the defaults of those it
+    takes filled in (a sweep's grid crosses them with every sync; the results show what ran)."""
+    sync = settings.get("sync") or "every_step"
+    out = dict(settings)
+    for key in ALL_SYNC_KEYS:
+        if key not in SYNC_KEYS[sync]:
+            out[key] = None
+        elif out.get(key) is None and key in SYNC_DEFAULTS:
+            out[key] = SYNC_DEFAULTS[key]
+    return out
 
 
 def _target_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
@@ -348,7 +422,7 @@ def check_training(given: dict[str, Any]) -> dict[str, Any]:
     config["compressor_params"] = compressor_params_of(config["compressor"], config["compressor_params"] or {})
     for key, message in relation_problems(config):
         raise ValueError(f"setting {key}: {message}")
-    return config
+    return with_sync_defaults(config)
 
 
 def import_modules(imports: list[str] | None) -> None:

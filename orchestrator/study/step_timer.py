@@ -53,9 +53,11 @@ class StepTimer:
         self.exposed.append(self.clock.exposed_s(end))
         self.events.mark(end)
 
-    def step_done(self) -> None:
-        """The optimizer's step returned: the step's time."""
+    def step_done(self, waited: float = 0.0) -> None:
+        """The step is done: its time. ``waited``: seconds it spent on an exchange after the optimizer's step
+        (a periodic sync's), exposed communication too."""
         self.events.mark(time.perf_counter())
         self._sync()
         self.step_times.append(time.perf_counter() - self._start)
+        self.exposed[-1] += waited
         self.events.end_step(self.step_times[-1])

@@ -324,17 +324,29 @@ def _expand(check: Checker, workload: dict[str, Any], cluster: dict[str, Any], a
     """The grid's trials, seed by seed; ``lines``: where each workload setting and axis was written, and the
     workload itself; ``files`` gains the user's files they name."""
     top_algorithms = axes.pop("algorithm", [])
-    trials, seen = [], set()
+    trials, seen, given, taken = [], set(), {}, set()
     for entry in entries:
         for settings, overrides in _entry_settings(check, entry, workload, cluster, axes, top_algorithms):
             for key in ("model", "dataset"):  # a file is named relative to the sweep file
                 settings[key] = _beside(check.path, settings[key], files)
+            # A sync setting crosses every sync as an algorithm crosses every compressor: a trial keeps
+            # those its sync takes; one that no trial takes is the user's mistake, found below.
+            given.update((key, entry.lines.get(key, entry.line) if key in overrides else lines.get(key))
+                         for key in schema.ALL_SYNC_KEYS if settings.get(key) is not None)
+            settings = schema.with_sync_defaults(settings)
+            taken.update(key for key in schema.SYNC_KEYS[settings["sync"]])
             _check_trial(check, settings, entry, overrides, entries, lines, cluster["emulate"])
             trial_id = trial_id_of(settings)
             if trial_id in seen:  # a baseline also listed, an axis a compressor ignores
                 continue
             seen.add(trial_id)
             trials.append({"trial_id": trial_id, **settings})
+    for key, line in given.items():
+        if key not in taken:
+            takers = [name for name, keys in schema.SYNC_KEYS.items() if key in keys]
+            raise check.fail(line or lines["workload"], f"{key} is set but no trial's sync takes it (a setting "
+                                                        f"of sync {' and '.join(takers)}): set sync: {takers[-1]}, "
+                                                        "or remove it")
     # Seed by seed: every configuration's first seed runs before any second one, so that a disturbance
     # lasting a while shows as a difference between a configuration's runs, not between configurations.
     seeds = list(dict.fromkeys(t["seed"] for t in trials))

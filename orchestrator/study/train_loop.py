@@ -150,9 +150,10 @@ class _Run:
     world_steps: list[float] = field(default_factory=list)  # every step's time, the slowest rank's
 
     def evaluate(self) -> dict[str, float | None]:
-        """The test set's metrics now."""
-        return evaluation.evaluate(self.setup.model, self.data, self.rank, self.world, self.device, self.aggregate,
-                                   self.config)
+        """The test set's metrics now (with a periodic sync, of the global parameters)."""
+        with self.setup.sync.evaluated():
+            return evaluation.evaluate(self.setup.model, self.data, self.rank, self.world, self.device,
+                                       self.aggregate, self.config)
 
     def note_target(self, tested: dict[str, float | None], at: float) -> None:
         """Keep ``at`` (training seconds) and the step as the target's, where ``tested`` is its first crossing."""
@@ -181,8 +182,8 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     loss.backward()
     setup.timer.backward_done()
     setup.optimizer.step()
-    setup.timer.step_done()
-    setup.hooks.end_step()
+    setup.timer.step_done(setup.sync.after_step())
+    setup.sync.end_step()
     return loss
 
 
@@ -209,6 +210,20 @@ def _train_epoch(run: _Run, epoch: int, steps: int) -> _Seen:
     return seen
 
 
+def _period_means(values: list[float], first_step: int, period: int) -> list[float]:
+    """``values`` of consecutive steps from global step ``first_step`` (from 1), as the mean of each run of
+    ``period`` steps (global steps k * period + 1 to (k + 1) * period; the epoch's first and last may be cut
+    short), so that each holds its share of the exchanges a periodic sync makes once a period. Every step
+    its own with a period of 1."""
+    if period == 1:
+        return list(values)
+    out: list[float] = []
+    for _, group in itertools.groupby(enumerate(values), key=lambda iv: (first_step + iv[0] - 1) // period):
+        part = [v for _, v in group]
+        out.append(math.fsum(part) / len(part))
+    return out
+
+
 def _others_cores(run: _Run, start: env_info.CpuTicks | None, end: env_info.CpuTicks | None) -> float:
     """The cores other processes than the trial's workers used during the epoch (env_info.others_cores),
     where every rank runs on this machine (a local run, an emulated cluster); NaN on several machines, and
@@ -229,14 +244,23 @@ def _epoch_metrics(run: _Run, epoch_number: int, hook: Any, first_stat: int, tic
     timer, stats = run.setup.timer, hook.history[first_stat:]
     inter = [s.bytes_inter for s in stats]  # every hook's statistics, and plain DDP's, count what crossed hosts
     end_ticks = env_info.cpu_ticks()
-    step_times = timer.step_times
-    # Per step: its time, compute = time - exposed communication, and the hook's own phases.
+    first_step = run.global_step - len(timer.step_times) + 1
+    period = run.setup.sync.period
+
+    def windows(values: list[float]) -> list[float]:
+        return _period_means(values, first_step, period)
+
+    step_times = windows(timer.step_times)
+    # Per step (a periodic sync's: per run of inner_steps steps): its time, compute = time - exposed communication,
+    # and the exchange's own phases.
     local = columns.over_steps({
-        "train_time_s": step_times, "step_time_s": step_times,
-        "compute_s": [t - x for t, x in zip(step_times, timer.exposed)], "exposed_comm_s": timer.exposed,
-        "encode_s": [s.encode_s for s in stats], "comm_s": [s.comm_s for s in stats],
-        "decode_s": [s.decode_s for s in stats], "bytes_sent": [s.bytes_sent for s in stats],
+        "train_time_s": timer.step_times, "step_time_s": step_times,
+        "compute_s": windows([t - x for t, x in zip(timer.step_times, timer.exposed)]),
+        "exposed_comm_s": windows(timer.exposed),
+        "encode_s": windows([s.encode_s for s in stats]), "comm_s": windows([s.comm_s for s in stats]),
+        "decode_s": windows([s.decode_s for s in stats]), "bytes_sent": [s.bytes_sent for s in stats],
         "bytes_intra": [s.bytes_sent - x for s, x in zip(stats, inter)], "bytes_inter": inter,
+        "peak_bytes_sent": [s.bytes_sent for s in stats],
     })
     local["others_cpu_cores"] = _others_cores(run, ticks, end_ticks)
     local["cpu_steal_share"] = env_info.steal_share(ticks, end_ticks)
@@ -282,12 +306,21 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
     sources = workloads.sources(config["model"], config["dataset"], config["imports"] or ())
     run = _Run(config, data, rank, world, device, setup, _Aggregate(world, device), target, started)
     steps = _steps_per_epoch(config, len(data.train), world)
+    try:
+        return _epochs(run, steps, report, sources)
+    finally:
+        setup.sync.close()
+
+
+def _epochs(run: _Run, steps: int, report: Report | None, sources: list[dict[str, str | None]]) -> dict[str, Any]:
+    """Train every epoch of ``steps`` steps, reporting each; the run's result."""
+    config, setup, data = run.config, run.setup, run.data
     history: list[dict[str, Any]] = []
     status, reason = "ok", None
     for epoch_number in range(1, config["epochs"] + 1):
         if config["fail_at_epoch"] == epoch_number:
             raise RuntimeError(f"fail_at_epoch={epoch_number}: failing on purpose")
-        hook = setup.hooks.for_epoch(epoch_number, config["warmup_epochs"])
+        hook = setup.sync.for_epoch(epoch_number, config["warmup_epochs"])
         first_stat, ticks = len(hook.history), env_info.cpu_ticks()
         seen = _train_epoch(run, epoch_number, steps)
         epoch = _epoch_metrics(run, epoch_number, hook, first_stat, ticks, seen)
