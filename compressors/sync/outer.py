@@ -84,7 +84,8 @@ class OuterSync:
 
     def after_step(self) -> float:
         """Call after each optimizer step: run the exchanges due now. Returns the seconds this step
-        waited on them (a blocking exchange whole; an overlapped one, what was left of it at its merge)."""
+        waited on them (a blocking exchange whole; an overlapped one, its outer gradients' computing and
+        what was left of it at its merge)."""
         self.step += 1
         stats, waited = StepStats(), 0.0
         if self._in_flight is not None and self._in_flight.merge_at == self.step:
@@ -95,15 +96,15 @@ class OuterSync:
             stats += done
             waited += time.perf_counter() - start
         for fragment in due_fragments(self.step, self.inner_steps, self.fragments):
+            start = time.perf_counter()
             outer_grads = self._outer_gradients(fragment)
             if self._thread is not None:
                 self._in_flight = _InFlight(fragment, self.step + self.overlap_steps,
                                             self._thread.submit(self._average, fragment, outer_grads, self.reducer))
-                continue
-            start = time.perf_counter()
-            done, averaged = self._average(fragment, outer_grads, self.reducer)
-            self._apply(fragment, averaged, 0.0)
-            stats += done
+            else:
+                done, averaged = self._average(fragment, outer_grads, self.reducer)
+                self._apply(fragment, averaged, 0.0)
+                stats += done
             waited += time.perf_counter() - start
         self.history.append(stats)
         return waited
@@ -152,10 +153,11 @@ class OuterSync:
                 for p, o in zip(self.params, own):
                     p.copy_(o)
 
-    def close(self) -> None:
-        """Wait for an exchange in flight (its collectives must end before the process group does)."""
-        if self._in_flight is not None:
-            self._in_flight.done.result()
-            self._in_flight = None
+    def close(self, failed: bool = False) -> None:
+        """Wait for an exchange in flight (its collectives must end before the process group does); it is
+        not merged: training has ended. After a failure nothing is waited for (a peer may be gone)."""
         if self._thread is not None:
-            self._thread.shutdown(wait=True)
+            if not failed and self._in_flight is not None:
+                self._in_flight.done.result()
+            self._thread.shutdown(wait=not failed, cancel_futures=True)
+        self._in_flight = None

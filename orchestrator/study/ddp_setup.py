@@ -117,7 +117,7 @@ class Hooks:
         """The model as it is: every rank holds the same parameters."""
         yield
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         """Nothing in flight outlives a step."""
 
 
@@ -132,6 +132,15 @@ def _attach_hooks(config: dict[str, Any], model: torch.nn.parallel.DistributedDa
     switch = ddp.HookSwitch(warm if config["warmup_epochs"] > 0 else main, clock)
     switch.register(model, [warm, main])
     return Hooks(warm, main, switch)
+
+
+def _broadcast(module: torch.nn.Module) -> None:
+    """Rank 0's parameters and buffers on every rank, as DDP's constructor makes them: a factory whose
+    initialisation does not follow torch's seed starts every worker from the same model all the same."""
+    if dist.get_world_size() > 1:
+        with torch.no_grad():
+            for tensor in [*module.parameters(), *module.buffers()]:
+                dist.broadcast(tensor, 0)
 
 
 def _outer_sync(config: dict[str, Any], params: list[torch.nn.Parameter], topology: Topology) -> OuterSync:
@@ -149,10 +158,13 @@ def _outer_sync(config: dict[str, Any], params: list[torch.nn.Parameter], topolo
     warm = reducer("fp32", None, {}) if config["warmup_epochs"] else None
     # local SGD lands on the workers' average: lr 1 without momentum.
     diloco = config["sync"] == "diloco"
-    return OuterSync(params, main, inner_steps=config["inner_steps"], warm=warm,
-                     outer_lr=config["outer_lr"] if diloco else 1.0,
-                     outer_momentum=config["outer_momentum"] if diloco else 0.0,
-                     fragments=config["fragments"] or 1, overlap_steps=config["overlap_steps"] or 0)
+    try:
+        return OuterSync(params, main, inner_steps=config["inner_steps"], warm=warm,
+                         outer_lr=config["outer_lr"] if diloco else 1.0,
+                         outer_momentum=config["outer_momentum"] if diloco else 0.0,
+                         fragments=config["fragments"] or 1, overlap_steps=config["overlap_steps"] or 0)
+    except ValueError as error:  # only the model tells how many parameter tensors there are to cut
+        raise ValueError(f"setting fragments: {error}") from None
 
 
 @dataclass
@@ -182,9 +194,11 @@ def build(config: dict[str, Any], data: workloads.DatasetPair, device: torch.dev
     # Which host each rank runs on: what crosses hosts (bytes_inter), and the hierarchical algorithm's levels.
     topology = discover()
     params = list(module.parameters())
-    timer = StepTimer(module, device)
     if config["sync"] != "every_step":
-        return Setup(module, params, summary, timer, _outer_sync(config, params, topology), optimizer(config, params))
+        _broadcast(module)
+        sync = _outer_sync(config, params, topology)
+        return Setup(module, params, summary, StepTimer(module, device, hooks=False), sync, optimizer(config, params))
+    timer = StepTimer(module, device)
     # DDP also with one worker: the compressor encodes and decodes every gradient, so its cost in
     # accuracy shows, through the same hook as with many.
     model = torch.nn.parallel.DistributedDataParallel(

@@ -325,6 +325,9 @@ def _sync_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
         return
     fragments = settings.get("fragments") or SYNC_DEFAULTS["fragments"]
     overlap = settings.get("overlap_steps") or SYNC_DEFAULTS["overlap_steps"]
+    if settings.get("overlap_steps") and settings.get("use_gpu"):
+        yield "overlap_steps", ("an exchange beside the inner steps runs its collectives from a thread, which "
+                                "NCCL cannot order against the training loop's own: use overlap_steps: 0 on GPUs")
     if inner < fragments:
         yield "fragments", f"fragments={fragments} must be at most inner_steps={inner}: one exchange a step at most"
     elif overlap >= min_gap(inner, fragments):

@@ -22,10 +22,12 @@ from .cuda_events import EventClock
 
 
 class StepTimer:
-    """Times a module's steps; ``clock`` is the step clock its communication hooks report to."""
+    """Times a module's steps; ``clock`` is the step clock its communication hooks report to. Without
+    ``hooks`` (a periodic sync: no DDP) nothing is exposed in backward, only what ``step_done`` is told."""
 
-    def __init__(self, module: torch.nn.Module, device: torch.device) -> None:
+    def __init__(self, module: torch.nn.Module, device: torch.device, hooks: bool = True) -> None:
         self.clock = StepClock(module)
+        self._hooks = hooks
         self.events = EventClock(device)
         self._cuda = device.type == "cuda"
         self._start = 0.0
@@ -50,7 +52,7 @@ class StepTimer:
     def backward_done(self) -> None:
         """``backward()`` returned: what of it waited on communication."""
         end = time.perf_counter()
-        self.exposed.append(self.clock.exposed_s(end))
+        self.exposed.append(self.clock.exposed_s(end) if self._hooks else 0.0)
         self.events.mark(end)
 
     def step_done(self, waited: float = 0.0) -> None:

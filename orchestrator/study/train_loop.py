@@ -87,7 +87,8 @@ def train(config: dict[str, Any], report: Report | None = None, threads: int | N
           started: Callable[[], None] | None = None) -> dict[str, Any]:
     """Train one configuration; returns ``{status, reason, model_summary, sources, final, history,
     cuda_events, step_times_s}`` (``sources``: the file and sha256 of each module of the user's code it ran;
-    ``step_times_s``: every step's time, the slowest rank's).
+    ``step_times_s``: every step's time, the slowest rank's; a periodic sync's: every finished run of
+    inner_steps steps' mean step).
 
     ``config`` holds training-loop settings (``settings.TRAINING_KEYS``; missing
     ones take their defaults); an invalid one raises ValueError naming it.
@@ -147,13 +148,29 @@ class _Run:
     global_step: int = 0
     reached_at: float | None = None  # time_to_target_s
     reached_step: int | None = None  # steps_to_target
-    world_steps: list[float] = field(default_factory=list)  # every step's time, the slowest rank's
+    # Every step's time, the slowest rank's (a periodic sync's: every finished run's mean step, Run.windows).
+    world_steps: list[float] = field(default_factory=list)
+    # A periodic sync's run of inner_steps steps that the last epoch left unfinished: per series, its steps.
+    unfinished: dict[str, list[float]] = field(default_factory=dict)
 
     def evaluate(self) -> dict[str, float | None]:
         """The test set's metrics now (with a periodic sync, of the global parameters)."""
         with self.setup.sync.evaluated():
             return evaluation.evaluate(self.setup.model, self.data, self.rank, self.world, self.device,
                                        self.aggregate, self.config)
+
+    def windows(self, name: str, values: list[float]) -> list[float]:
+        """The epoch's per-step ``values`` of series ``name`` as the mean of each finished run of
+        ``sync.period`` steps, counted from the first step of training (a run the epoch leaves unfinished
+        goes on in the next; the last one of training is left out), so that each holds its share of the
+        exchanges a periodic sync makes once a run. Every step its own with a period of 1."""
+        period = self.setup.sync.period
+        if period == 1:
+            return list(values)
+        series = self.unfinished.get(name, []) + list(values)
+        done = len(series) // period * period
+        self.unfinished[name] = series[done:]
+        return [math.fsum(series[i:i + period]) / period for i in range(0, done, period)]
 
     def note_target(self, tested: dict[str, float | None], at: float) -> None:
         """Keep ``at`` (training seconds) and the step as the target's, where ``tested`` is its first crossing."""
@@ -210,20 +227,6 @@ def _train_epoch(run: _Run, epoch: int, steps: int) -> _Seen:
     return seen
 
 
-def _period_means(values: list[float], first_step: int, period: int) -> list[float]:
-    """``values`` of consecutive steps from global step ``first_step`` (from 1), as the mean of each run of
-    ``period`` steps (global steps k * period + 1 to (k + 1) * period; the epoch's first and last may be cut
-    short), so that each holds its share of the exchanges a periodic sync makes once a period. Every step
-    its own with a period of 1."""
-    if period == 1:
-        return list(values)
-    out: list[float] = []
-    for _, group in itertools.groupby(enumerate(values), key=lambda iv: (first_step + iv[0] - 1) // period):
-        part = [v for _, v in group]
-        out.append(math.fsum(part) / len(part))
-    return out
-
-
 def _others_cores(run: _Run, start: env_info.CpuTicks | None, end: env_info.CpuTicks | None) -> float:
     """The cores other processes than the trial's workers used during the epoch (env_info.others_cores),
     where every rank runs on this machine (a local run, an emulated cluster); NaN on several machines, and
@@ -244,31 +247,26 @@ def _epoch_metrics(run: _Run, epoch_number: int, hook: Any, first_stat: int, tic
     timer, stats = run.setup.timer, hook.history[first_stat:]
     inter = [s.bytes_inter for s in stats]  # every hook's statistics, and plain DDP's, count what crossed hosts
     end_ticks = env_info.cpu_ticks()
-    first_step = run.global_step - len(timer.step_times) + 1
-    period = run.setup.sync.period
-
-    def windows(values: list[float]) -> list[float]:
-        return _period_means(values, first_step, period)
-
-    step_times = windows(timer.step_times)
-    # Per step (a periodic sync's: per run of inner_steps steps): its time, compute = time - exposed communication,
-    # and the exchange's own phases.
-    local = columns.over_steps({
-        "train_time_s": timer.step_times, "step_time_s": step_times,
-        "compute_s": windows([t - x for t, x in zip(timer.step_times, timer.exposed)]),
-        "exposed_comm_s": windows(timer.exposed),
-        "encode_s": windows([s.encode_s for s in stats]), "comm_s": windows([s.comm_s for s in stats]),
-        "decode_s": windows([s.decode_s for s in stats]), "bytes_sent": [s.bytes_sent for s in stats],
+    # Per step (a periodic sync's: per finished run of inner_steps steps, Run.windows): its time, compute =
+    # time - exposed communication, the hook's or exchange's own phases and bytes.
+    per_step = {
+        "step_time_s": timer.step_times, "compute_s": [t - x for t, x in zip(timer.step_times, timer.exposed)],
+        "exposed_comm_s": timer.exposed, "encode_s": [s.encode_s for s in stats], "comm_s": [s.comm_s for s in stats],
+        "decode_s": [s.decode_s for s in stats], "bytes_sent": [s.bytes_sent for s in stats],
         "bytes_intra": [s.bytes_sent - x for s, x in zip(stats, inter)], "bytes_inter": inter,
-        "peak_bytes_sent": [s.bytes_sent for s in stats],
-    })
+    }
+    windows = {name: run.windows(name, values) for name, values in per_step.items()}
+    step_times = windows["step_time_s"]
+    local = columns.over_steps({**windows, "train_time_s": timer.step_times,
+                                "peak_bytes_sent": [s.bytes_sent for s in stats]})
     local["others_cpu_cores"] = _others_cores(run, ticks, end_ticks)
     local["cpu_steal_share"] = env_info.steal_share(ticks, end_ticks)
     local["cpu_idle_share"] = env_info.idle_share(ticks, end_ticks)
     local["load_avg"] = env_info.load_average()
     local["cores"], local["threads"] = float(os.cpu_count() or math.nan), float(torch.get_num_threads())
     # The world's steps: each the slowest rank's (a step ends when every rank's does).
-    run.world_steps += run.aggregate(step_times, "max")  # the ranks run as many steps
+    if step_times:  # the ranks run as many steps
+        run.world_steps += run.aggregate(step_times, "max")
     epoch = {**columns.reduce_over_ranks(local, run.aggregate), "epoch": epoch_number}
     epoch_time = epoch["train_time_s"]
     run.train_time += epoch_time
@@ -306,10 +304,17 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
     sources = workloads.sources(config["model"], config["dataset"], config["imports"] or ())
     run = _Run(config, data, rank, world, device, setup, _Aggregate(world, device), target, started)
     steps = _steps_per_epoch(config, len(data.train), world)
+    if setup.sync.period > steps * config["epochs"]:
+        raise SettingError(f"setting inner_steps: {config['inner_steps']} is more than the run's "
+                           f"{steps * config['epochs']} steps ({config['epochs']} epoch(s) of {steps}): it would "
+                           "never exchange")
     try:
-        return _epochs(run, steps, report, sources)
-    finally:
-        setup.sync.close()
+        result = _epochs(run, steps, report, sources)
+    except BaseException:
+        setup.sync.close(failed=True)
+        raise
+    setup.sync.close()
+    return result
 
 
 def _epochs(run: _Run, steps: int, report: Report | None, sources: list[dict[str, str | None]]) -> dict[str, Any]:

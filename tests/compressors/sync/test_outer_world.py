@@ -28,6 +28,9 @@ CONFIGS = {
                    "outer_momentum": 0.0},
     "diloco_q4": {**PLAIN, "compressor": "qsgd", "compressor_params": {"bits": 4}, "sync": "diloco",
                   "inner_steps": 4},
+    # epochs of 6 steps, runs of 4: a run the first epoch leaves unfinished ends in the second
+    "windows": {**PLAIN, "compressor": "fp16", "sync": "local_sgd", "inner_steps": 4, "epochs": 2,
+                "max_steps_per_epoch": 6},
     "streaming": {**PLAIN, "compressor": "qsgd", "compressor_params": {"bits": 4}, "sync": "diloco",
                   "inner_steps": 4, "fragments": 2, "overlap_steps": 1},
 }
@@ -121,3 +124,16 @@ def test_streaming_diloco_keeps_every_ranks_global_parameters_equal_and_trains()
     assert streaming["status"] == "ok" and streaming["peak_bytes_sent"] > 0
     # each exchange sends one of two fragments: its peak is below the whole model's
     assert 0 < streaming["peak_bytes_sent"] < _final("diloco_q4")["peak_bytes_sent"]
+
+
+@slow
+def test_a_step_time_is_the_mean_of_each_finished_run_of_inner_steps_steps_across_epochs():
+    result = ok(results()[0]["trained"]["windows"], "windows")
+    first, second = result["history"]
+    # steps 1-4 finish a run in epoch 1; 5-8 (begun in epoch 1) and 9-12 in epoch 2
+    assert len(result["step_times_s"]) == 3
+    # each finished run holds one exchange: bytes per step are the same in both epochs
+    assert first["bytes_sent"] == second["bytes_sent"] == _final("local_4")["peak_bytes_sent"] / 4
+    for epoch in (first, second):
+        assert epoch["exposed_comm_s"] > 0  # the exchange's wait, a quarter of it per step
+        assert epoch["compute_s"] + epoch["exposed_comm_s"] == pytest.approx(epoch["step_time_s"], rel=1e-12)

@@ -12,6 +12,7 @@ import pytest
 from orchestrator.results import tables
 from orchestrator.study import settings
 from orchestrator.study.sweep_file import SweepFileError, load_sweep
+from orchestrator.study.train_loop import SettingError, train
 from tests.helpers import SWEEP_HEADER as HEADER
 from tests.helpers import write
 
@@ -99,3 +100,15 @@ def test_a_periodic_syncs_trials_are_compared_with_the_every_step_baselines():
     assert list(baselines["trial_id"]) == ["a"]
     speedups = tables.speedups(trials, baselines)
     assert list(speedups["speedup"]) == [1.0, 4.0, 5.0]
+
+
+def test_inner_steps_beyond_the_runs_steps_is_refused_before_the_first_step():
+    with pytest.raises(SettingError, match=r"setting inner_steps: 20 is more than the run's 10 steps \(2 epoch"):
+        train({"model": "mlp", "width": 8, "depth": 1, "epochs": 2, "max_steps_per_epoch": 5, "sync": "local_sgd",
+               "inner_steps": 20})
+
+
+def test_an_overlapped_exchange_is_refused_on_gpus():
+    with pytest.raises(ValueError, match="setting overlap_steps: an exchange beside the inner steps"):
+        settings.check_training({"sync": "diloco", "inner_steps": 8, "overlap_steps": 1, "use_gpu": True,
+                                 "backend": "nccl"})

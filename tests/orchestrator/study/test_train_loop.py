@@ -283,8 +283,10 @@ def test_every_steps_time_and_the_machines_load_are_recorded():
 
     import torch
 
-    result = train({**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 3})
-    assert len(result["step_times_s"]) == 6 and all(t > 0 for t in result["step_times_s"])
+    # Epochs of 20 steps: long enough for the kernel's CPU clock to tick (100 Hz) during each, whatever the
+    # machine (without a tick others_cpu_cores is undefined, NaN).
+    result = train({**SMALL_MLP, "epochs": 2, "max_steps_per_epoch": 20})
+    assert len(result["step_times_s"]) == 40 and all(t > 0 for t in result["step_times_s"])
     for epoch in result["history"]:
         assert epoch["cores"] == os.cpu_count() and epoch["threads"] == torch.get_num_threads()
         assert epoch["load_avg"] == epoch["load_avg"]  # a number where the system has a load average
