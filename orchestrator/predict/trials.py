@@ -23,6 +23,7 @@ from compressors.core.registry import hook_only
 
 from ..study import predictor_inputs
 from ..study.labels import config_label
+from ..study.settings import SYNC_KEYS
 from ..study.records import RENAMED, read_records
 
 # The settings that change what a step costs (not how long training runs, nor what it learns):
@@ -118,9 +119,12 @@ def read_table(results: Path, records: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def config_name(settings: dict[str, Any]) -> str:
-    """A configuration's label: its compressor, its parameters and its algorithm."""
+    """A configuration's label: its compressor, its parameters, its algorithm and, other than every_step, its
+    sync and the settings it takes (a periodic sync's trials are never pooled with every-step ones)."""
     params = settings["compressor_params"] or {}
-    return config_label({**settings, **params}, [*params, "algorithm", "intra", "inter"])
+    sync = settings.get("sync") or "every_step"
+    synced = ["sync", *SYNC_KEYS[sync]] if sync in SYNC_KEYS and sync != "every_step" else []
+    return config_label({**settings, **params}, [*params, "algorithm", "intra", "inter", *synced])
 
 
 def step_key(settings: dict[str, Any]) -> Key:

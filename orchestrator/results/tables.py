@@ -288,9 +288,8 @@ def loss_delta(trials: pd.DataFrame) -> pd.Series:
 
 
 def sixteen_bit_baseline(trials: pd.DataFrame) -> str | None:
-    """The 16-bit baseline of a study: the first of SIXTEEN_BIT that has "ok" trials."""
-    ok = set(trials.loc[trials["status"] == "ok", "compressor"])
-    return next((name for name in SIXTEEN_BIT if name in ok), None)
+    """The 16-bit baseline of a study: the first of SIXTEEN_BIT that has "ok" every-step trials."""
+    return next((name for name in SIXTEEN_BIT if not _baselines(trials, name).empty), None)
 
 
 def _baseline_times(trials: pd.DataFrame, baselines: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -77,8 +77,8 @@ EPOCH: tuple[Column, ...] = (
            "classification"),
     Column("train_loss", "nats", "mean cross-entropy over the epoch's training samples (tokens), all ranks"),
     Column("step_time_s", "s", "seconds per training step; with sync local_sgd or diloco, the mean step of each "
-           "run of inner_steps steps (in which every parameter is exchanged once), so that each holds its share "
-           "of the exchanges",
+           "finished run of inner_steps steps from the first step of training (in which every parameter is "
+           "exchanged once), so that each holds its share of the exchanges",
            steps="median_low", ranks="max", epochs="median_low"),
     Column("samples_per_s", "samples/s", "training throughput of all workers: samples / the epoch's time",
            epochs="median"),

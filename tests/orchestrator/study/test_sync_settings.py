@@ -112,3 +112,20 @@ def test_an_overlapped_exchange_is_refused_on_gpus():
     with pytest.raises(ValueError, match="setting overlap_steps: an exchange beside the inner steps"):
         settings.check_training({"sync": "diloco", "inner_steps": 8, "overlap_steps": 1, "use_gpu": True,
                                  "backend": "nccl"})
+
+
+def test_the_16bit_baseline_is_chosen_among_every_step_trials():
+    trials = pd.DataFrame([_trial("a", "fp32", "every_step", 1.0), _trial("b", "fp16", "diloco", 0.25),
+                           _trial("c", "bf16", "every_step", 0.5)])
+    assert tables.sixteen_bit_baseline(trials) == "bf16"
+
+
+def test_the_predictor_never_pools_a_periodic_syncs_trials_with_every_step_ones():
+    from orchestrator.predict.trials import config_name
+
+    every = {"compressor": "fp32", "compressor_params": {}, "algorithm": "allreduce", "sync": "every_step"}
+    diloco = {**every, "sync": "diloco", "inner_steps": 50, "outer_lr": 0.7, "outer_momentum": 0.9, "fragments": 1,
+              "overlap_steps": 0}
+    assert config_name(every) == "fp32 algorithm=allreduce"
+    assert config_name(diloco) == ("fp32 algorithm=allreduce sync=diloco inner_steps=50 outer_lr=0.7 "
+                                   "outer_momentum=0.9 fragments=1 overlap_steps=0")
