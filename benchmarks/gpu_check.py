@@ -13,7 +13,7 @@ and powersgd, with the GPU's account of each step beside the CPU's. sanitizer: t
 (inputs up to 2**17) under compute-sanitizer memcheck, then racecheck. bench (not in the default
 steps): the kernels' throughput against the device's copy and the torch reference, and their speed
 goals (benchmarks/compressor_bench.py at 2**20, 2**22, ... up to 2**``--bench-max-log2``, inside what
-is left of the budget). costs (not in the default steps either): what each compressor costs a training step of
+is left of the budget; ``--bench-compressors`` names the compressors, every one by default). costs (not in the default steps either): what each compressor costs a training step of
 ResNet-50 and of GPT-2 small on the GPU, beside the step's compute (benchmarks/step_costs.py).
 
 ``--cpu`` is a dry run on a machine without a GPU: world, ranks, training, bench and costs on CPU
@@ -178,6 +178,8 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=480, help="seconds for all the steps together")
     parser.add_argument("--bench-max-log2", type=int, default=28,
                         help="bench: sizes 2**20, 2**22, ... up to 2**N (N in 20 .. 30)")
+    parser.add_argument("--bench-compressors", default=None, metavar="NAMES",
+                        help="bench: only these compressors, comma separated (default: every one)")
     parser.add_argument("--cpu", action="store_true",
                         help="a dry run: world, ranks, training, bench and costs on CPU tensors")
     args = parser.parse_args()
@@ -195,6 +197,7 @@ def main() -> None:
     py = sys.executable
     record: dict = {"device": None, "date": datetime.date.today().isoformat(),
                     "command": f"python benchmarks/gpu_check.py OUTDIR --steps {args.steps} --budget-s {args.budget_s:g}"
+                               + (f" --bench-compressors {args.bench_compressors}" if args.bench_compressors else "")
                                + (" --cpu" if args.cpu else ""),
                     "python": platform.python_version(), "facts": None,
                     "tests_passed": None, "tests_failed": None, "sanitizer_errors": None,
@@ -289,7 +292,8 @@ def main() -> None:
             # a dry run tries the script on one size
             benchmark("bench", "benchmarks.compressor_bench", "bench.json", 45, [
                 "--sizes", "20" if args.cpu else ",".join(map(str, range(20, args.bench_max_log2 + 1, 2))),
-                "--repeats", "3" if args.cpu else "20", *(["--rotate-mib", "16"] if args.cpu else [])])
+                "--repeats", "3" if args.cpu else "20", *(["--rotate-mib", "16"] if args.cpu else []),
+                *(["--compressors", args.bench_compressors] if args.bench_compressors else [])])
         if "costs" in steps:
             benchmark("costs", "benchmarks.step_costs", "step_costs.json", 60,
                       ["--size", "small", "--steps", "3"] if args.cpu else [])

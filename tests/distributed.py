@@ -21,9 +21,12 @@ import torch.distributed as dist
 
 # Ranks are forked from a server process that has imported these once (multiprocessing's forkserver):
 # a fresh interpreter per rank would import torch and the project again, seconds per world on 2 cores.
-# The server never touches CUDA or starts threads, so forking it is safe (also for NCCL ranks). Not
-# numba: its configuration (the kernels' cache folder) is read when it is imported, in each rank.
-_PRELOAD = ["torch", "torch.distributed", "compressors", "tests.distributed", "tests.helpers", "pytest"]
+# torch._dynamo too, which DDP's constructor imports: seconds of each rank of every world that makes a DDP
+# model (torch 2.13 imports it without calling into torch.cuda). The server never touches CUDA or starts
+# threads, so forking it is safe (also for NCCL ranks). Not numba: its configuration (the kernels' cache
+# folder) is read when it is imported, in each rank.
+_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "compressors", "tests.distributed", "tests.helpers",
+            "pytest"]
 
 
 def _context() -> multiprocessing.context.BaseContext:

@@ -234,6 +234,8 @@ def collective_checks(rank: int, world: int) -> dict:
             res["ef_shape"][label(name, p, algo)] = guard(_ef_any_shape, rank, world, name, p, algo)
     for name, p, algo, ef in STATE_CASES:
         res["state"][label(name, p, algo)] = guard(_state_roundtrip, rank, world, name, p, algo, ef)
+    if world == LATER_WORLD:
+        res["later"] = guard(_reduce_every_later_method, rank, world)
     return res
 
 
@@ -242,8 +244,9 @@ def results(world: int) -> list[dict]:
     return run_ranks(world, collective_checks, timeout=SPAWN_TIMEOUT)
 
 
-def per_rank(world: int, section: str, key: str) -> list:
-    return [ok(r[section][key], f"{section} {key} (world {world})") for r in results(world)]
+def per_rank(world: int, section: str, key: str = "") -> list:
+    """Each rank's result of ``section``'s ``key`` (of ``section`` itself where no key is given)."""
+    return [ok(r[section][key] if key else r[section], f"{section} {key} (world {world})") for r in results(world)]
 
 
 # ---------------------------------------------------------------- tests: exactness, determinism, bytes
@@ -477,8 +480,10 @@ def test_state_dict_roundtrip_reproduces_the_next_step(world, case):
 # ---------------------------------------------------------------- the methods added after the first format
 
 
-# The methods of wire ids 20 to 26: each over allgather and sra (signsgd's sra is the majority vote).
+# The methods of wire ids 20 to 26: each over allgather and sra (signsgd's sra is the majority vote), in the
+# world of 3 ranks' battery (collective_checks).
 LATER_METHODS = ("signsgd", "efsignsgd", "scaledsign", "terngrad", "randomk", "maxmin", "natural")
+LATER_WORLD = 3
 
 
 def _reduce_every_later_method(rank, world):
@@ -493,8 +498,8 @@ def _reduce_every_later_method(rank, world):
 
 @pytest.mark.slow
 def test_every_later_method_averages_over_both_algorithms_and_signsgd_votes():
-    world = 3
-    results = run_ranks(world, _reduce_every_later_method)
+    world = LATER_WORLD
+    results = per_rank(world, "later")
     inputs = [[randn(37, 53, seed=20 + r), randn(1025, seed=30 + r)] for r in range(world)]
     for key in results[0]:
         for r in range(1, world):  # every rank holds the same average

@@ -78,8 +78,8 @@ def test_a_gang_serves_trials_in_turn_and_a_failed_one_is_never_handed_on(ray_lo
     assert isinstance(failure.value.__cause__, RuntimeError)
     with pytest.raises(ray_local.exceptions.RayActorError):  # killed with its trial
         ray_local.get(again.actors[0].where.remote(), timeout=60)
-    fresh = pool.take(2, resources, timeout_s=60)
-    assert fresh is not gang and _run(fresh, TINY)[-1]["outcome"]["status"] == "ok"
+    fresh = pool.take(1, resources, timeout_s=60)  # one worker: each costs seconds of imports to start
+    assert fresh is not gang and _run(fresh, TINY, num_workers=1)[-1]["outcome"]["status"] == "ok"
     fresh.kill()
 
 
@@ -89,11 +89,11 @@ def test_a_gang_that_cannot_be_placed_in_time_says_so_and_idle_gangs_make_room(r
     pool = Pool()
     one = pool.take(1, {"CPU": 1.5}, timeout_s=30)
     pool.give_back(one)
-    # 2 x 1.0 CPU fits only once the idle gang's 1.5 CPUs are free: the pool kills it to make room
-    two = pool.take(2, {"CPU": 1.0}, timeout_s=30)
-    assert pool.idle == {}
-    with pytest.raises(PlacementTimeout, match="not placed within 2 s"):
-        pool.take(1, {"CPU": 1.0}, timeout_s=2)
+    # 1.0 CPU fits only once the idle gang's 1.5 CPUs are free (of 2): the pool kills it to make room
+    two = pool.take(1, {"CPU": 1.0}, timeout_s=30)
+    assert pool.idle == {} and two is not one
+    with pytest.raises(PlacementTimeout, match="not placed within 2 s"):  # beside the 1.0 CPU taken
+        pool.take(1, {"CPU": 1.5}, timeout_s=2)
     two.kill()
 
 
@@ -114,15 +114,17 @@ def behave(input_shape, num_classes, mode="hang"):
 
 
 def test_a_raising_a_dying_and_a_hanging_trial_fail_with_their_reasons(ray_local, tmp_path):
-    from orchestrator.study.gang import Limits, Pool, TrialTimeout, WorkerFailure
+    from orchestrator.study.gang import Gang, Limits, TrialTimeout, WorkerFailure
 
     (tmp_path / "behave.py").write_text(BEHAVING)
-    pool, resources = Pool(), {"CPU": 0.5}
+    # A new gang for each trial (a failed one is killed), the three started at once: a worker's imports take
+    # seconds of one core, and one after the other they left the second core idle.
+    gangs = {mode: Gang(1, {"CPU": 0.5}, timeout_s=60) for mode in ("raise", "die", "hang")}
 
     def run(mode: str, limits: Limits | None = None) -> None:
         config = {**TINY, "model": f"{tmp_path / 'behave.py'}:behave", "model_options": {"mode": mode}}
         del config["width"], config["depth"]
-        list(pool.take(1, resources, timeout_s=60).run(1, "gloo", config, "sweep", "trial", 1, limits))
+        list(gangs[mode].ready().run(1, "gloo", config, "sweep", "trial", 1, limits))
 
     with pytest.raises(WorkerFailure) as raised:
         run("raise")

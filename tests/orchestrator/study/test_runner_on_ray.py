@@ -19,6 +19,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -82,15 +83,24 @@ def resumed(tmp_path_factory):
     log = (tmp / "first.log").open("w")
     driver = subprocess.Popen(cli("run", str(sweep_file), "--results", str(results)),
                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    started: dict[int, str] = {}  # every process below the driver (its Ray), with its start time
+
+    def first_record() -> bool:
+        started.update(_started_below(driver.pid))
+        return any((results / "trials").glob("*.json")) or driver.poll() is not None
+
     try:
-        wait_for(lambda: any((results / "trials").glob("*.json")) or driver.poll() is not None,
-                 TIMEOUT_S, "the first trial record")
+        wait_for(first_record, TIMEOUT_S, "the first trial record")
+        started.update(_started_below(driver.pid))
         driver.send_signal(signal.SIGKILL)  # no chance to clean up: as if the machine lost the driver
         driver.wait(30)
     finally:
         if driver.poll() is None:
             driver.kill()
         log.close()
+        # Ray ends most of the killed driver's processes itself within a second or two; its dashboard and
+        # runtime_env agents were still running 40 s later, beside the tests that follow.
+        _end_left(started)
     (first,) = [json.loads(p.read_text()) for p in (results / "trials").glob("*.json")]
     again = subprocess.run(cli("run", str(sweep_file), "--results", str(results), "--resume"),
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -154,11 +164,13 @@ def test_a_raising_trial_is_recorded_as_failed_while_the_others_finish(resumed):
     assert "fail_at_epoch=2" in (results / "summary.md").read_text()
 
 
-# The placed 1-worker trial trains for seconds (1000 steps), not the 5 steps that let it end
-# within another trial's 2 s wait on a quiet machine: then both 1-worker trials were placed in turn.
+# One run of a sweep on a local Ray for two tests: its 1-worker trials never end (1000 epochs), so one is
+# placed and trains until the interrupt; of the two 1-worker trials running at once, the other waits for
+# its 1.5 CPUs beyond placement_timeout_s (when the placed trial ended after 5 steps, within the other's
+# 2 s wait on a quiet machine, both were placed in turn).
 PLACEMENT = """\
 name: place
-workload: {dataset: synthetic, model: mlp, width: 16, depth: 1, epochs: 1, batch_size: 32, num_samples: 32000,
+workload: {dataset: synthetic, model: mlp, width: 16, depth: 1, epochs: 1000, batch_size: 32, num_samples: 32000,
            lr: 0.01, target_accuracy: 0.3, max_steps_per_epoch: 1000}
 cluster: {cpus_per_worker: 1.5, placement_timeout_s: 2}
 max_concurrent_trials: 2
@@ -167,24 +179,7 @@ sweep:
   compressor: [fp32, fp16]
   num_workers: [1, 2]
 """
-
-
-def test_unplaceable_trials_fail_with_their_reason_and_the_sweep_goes_on(tmp_path):
-    # 2 CPUs: a 2-worker trial can never be placed; of the two 1-worker trials running at once,
-    # one waits for the other's 1.5 CPUs beyond placement_timeout_s.
-    sweep_file = tmp_path / "place.yaml"
-    sweep_file.write_text(PLACEMENT)
-    results = tmp_path / "results"
-    run = subprocess.run(cli("run", str(sweep_file), "--results", str(results)), cwd=ROOT,
-                         env=ray_env(tmp_path / "home"), capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    trials = pd.read_csv(results / "trials.csv")
-    never = trials[trials.num_workers == 2]
-    assert never.status.tolist() == ["failed", "failed"] and never.attempts.tolist() == [0, 0]
-    assert never.reason.str.contains("cannot place 2 workers of {CPU 1.5} each", regex=False).all()
-    one = trials[trials.num_workers == 1].sort_values("status")
-    assert one.status.tolist() == ["failed", "ok"], one.reason.tolist()
-    assert "were not placed within placement_timeout_s = 2 s" in one.reason.iloc[0]
+EPOCH = re.compile(r"\] (.+?): epoch (\d+)/1000 ")
 
 
 def _descendants(pid: int) -> set[int]:
@@ -202,6 +197,38 @@ def _descendants(pid: int) -> set[int]:
         found |= more
         grew = bool(more)
     return found
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _started_below(pid: int) -> dict[int, str]:
+    """Each process below ``pid``: its start time (to tell it from a later process with the same PID)."""
+    return {p: t for p in _descendants(pid) - {pid} if (t := _start_time(p)) is not None}
+
+
+def _end_left(started: dict[int, str], grace_s: float = 1.0) -> None:
+    """SIGKILL to those of ``started`` still running after ``grace_s`` (the same processes: same start time)."""
+    deadline = time.monotonic() + grace_s
+    while (left := [p for p, t in started.items() if _start_time(p) == t and not _zombie(p)]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for p in left:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def _listening(pids: set[int]) -> list[tuple[str, str]]:
@@ -224,35 +251,71 @@ def _prometheus_text(addresses: list[str]) -> str:
     return ""
 
 
-@pytest.mark.skipif(not Path("/proc").is_dir() or shutil.which("ss") is None, reason="needs /proc and ss")
-def test_a_local_run_listens_on_loopback_only_and_an_interrupt_says_how_to_resume(tmp_path):
-    sweep_file = tmp_path / "long.yaml"
-    sweep_file.write_text(PLACEMENT.replace("epochs: 1", "epochs: 1000").replace(
-        "max_concurrent_trials: 2", "max_concurrent_trials: 1").replace("num_workers: [1, 2]", "num_workers: 1")
-        .replace("compressor: [fp32, fp16]", "compressor: fp32"))
-    results = tmp_path / "results"
-    # Ray exports the gathered metrics every 2 s instead of its default 10 s: the gauges show sooner.
-    env = {**ray_env(tmp_path / "home"), "RAY_metrics_report_interval_ms": "2000"}
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """PLACEMENT run until its three unplaceable trials have records and the placed one trained an epoch after
+    them, then interrupted (SIGINT); the TCP addresses its processes listen on and the Prometheus page of its
+    gauges, seen while the placed trial trained (None without /proc and ss)."""
+    tmp = tmp_path_factory.mktemp("place")
+    sweep_file = tmp / "place.yaml"
+    sweep_file.write_text(PLACEMENT)
+    results = tmp / "results"
+    # Ray exports the gathered metrics every 0.5 s instead of its default 10 s: the gauges show sooner.
+    env = {**ray_env(tmp / "home"), "RAY_metrics_report_interval_ms": "500"}
     driver = subprocess.Popen(cli("run", str(sweep_file), "--results", str(results)), cwd=ROOT,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen, addresses, metrics = [], None, ""
+    records = lambda: list((results / "trials").glob("*.json"))  # noqa: E731
+    started: dict[int, str] = {}  # the driver's processes, ended by PID should the driver not end them
     try:
-        seen = []
-        for line in driver.stdout:  # the trial's first epoch: every Ray service is up by then
-            seen.append(line)
-            if "epoch 1/1000" in line:
-                break
-        assert driver.poll() is None, "".join(seen)
-        addresses = _listening(_descendants(driver.pid))
-        metrics = ""
-        deadline = time.monotonic() + 60  # Ray's metrics agent exports what it gathered every few seconds
-        while "ray_lowprec_step_time_s{" not in metrics and time.monotonic() < deadline:
-            metrics = _prometheus_text([a for a, _ in addresses])
-            time.sleep(2)
+        placed = _next_epoch(driver, seen)  # the placed trial's first epoch: every Ray service is up by then
+        started.update(_started_below(driver.pid))
+        if Path("/proc").is_dir() and shutil.which("ss") is not None:
+            addresses = _listening(_descendants(driver.pid))
+            deadline = time.monotonic() + 60  # Ray's metrics agent exports what it gathered every few seconds
+            while "ray_lowprec_step_time_s{" not in metrics and time.monotonic() < deadline:
+                metrics = _prometheus_text([a for a, _ in addresses])
+                time.sleep(0.5)
+        wait_for(lambda: len(records()) >= 3 or driver.poll() is not None, TIMEOUT_S, "the three failures' records")
+        assert len(records()) == 3 and driver.poll() is None, "".join(seen)
+        # the sweep goes on: the placed trial trains on after the others failed
+        assert _next_epoch(driver, seen) == placed, "".join(seen)
         driver.send_signal(signal.SIGINT)
         out = "".join(seen) + driver.communicate(timeout=120)[0]
     finally:
         if driver.poll() is None:
             driver.kill()
+            driver.communicate()
+            _end_left(started)
+    return sweep_file, results, placed, out, driver.returncode, addresses, metrics
+
+
+def _next_epoch(driver: subprocess.Popen, seen: list[str]) -> str:
+    """Read the driver's output up to its next epoch line; the trial's label."""
+    for line in driver.stdout:
+        seen.append(line)
+        if match := EPOCH.search(line):
+            return match.group(1)
+    raise AssertionError("the driver ended before an epoch line:\n" + "".join(seen)[-3000:])
+
+
+def test_unplaceable_trials_fail_with_their_reason_and_the_sweep_goes_on(interrupted):
+    # 2 CPUs: a 2-worker trial can never be placed; of the two 1-worker trials running at once,
+    # one waits for the other's 1.5 CPUs beyond placement_timeout_s.
+    _, results, placed, out, _, _, _ = interrupted
+    trials = pd.read_csv(results / "trials.csv")
+    never = trials[trials.num_workers == 2]
+    assert never.status.tolist() == ["failed", "failed"] and never.attempts.tolist() == [0, 0]
+    assert never.reason.str.contains("cannot place 2 workers of {CPU 1.5} each", regex=False).all()
+    (one,) = trials[trials.num_workers == 1].to_dict("records")  # the placed one was interrupted: no record
+    assert one["status"] == "failed", one["reason"]
+    assert "were not placed within placement_timeout_s = 2 s" in one["reason"]
+    assert placed.startswith("fp32" if one["compressor"] == "fp16" else "fp16") and "num_workers=1" in placed
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir() or shutil.which("ss") is None, reason="needs /proc and ss")
+def test_a_local_run_listens_on_loopback_only_and_an_interrupt_says_how_to_resume(interrupted):
+    sweep_file, results, _, out, returncode, addresses, metrics = interrupted
     assert len(addresses) >= 3, addresses  # the GCS, the raylet, the metrics agent at least
     exposed = [(a, name) for a, name in addresses
                if a.rsplit(":", 1)[0] not in ("127.0.0.1", "[::ffff:127.0.0.1]", "[::1]")]
@@ -262,8 +325,9 @@ def test_a_local_run_listens_on_loopback_only_and_an_interrupt_says_how_to_resum
     assert [name for _, name in exposed] in ([], ["ray::TrialWorke"]), exposed
     # the gauges, as Ray exports them, with their tags, on a loopback endpoint
     assert "ray_lowprec_step_time_s{" in metrics and 'sweep="place"' in metrics
-    assert driver.returncode == 1, out[-3000:]
+    assert returncode == 1, out[-3000:]
     assert "Tuner.restore" not in out and "Target accuracy" not in out
+    assert "interrupted: 1 trial(s) not finished" in out, out[-3000:]
     assert f"lowprec run {sweep_file} --results {results} --resume" in out, out[-3000:]
-    assert not list((results / "trials").glob("*.json"))  # interrupted: nothing recorded, resume runs it
-
+    # interrupted: the trial that was running has no record (resume runs it); the failed ones have theirs
+    assert len(list((results / "trials").glob("*.json"))) == 3
