@@ -11,10 +11,12 @@ payloads (flat uint8 tensors) out. By role:
   fast implementations;
 - ``comm``: the ``Reducer``, the compressed collectives, error feedback and
   the accounting of bytes and time;
-- ``ddp``: PyTorch DDP communication hooks over ``comm``.
+- ``ddp``: PyTorch DDP communication hooks over ``comm``;
+- ``optim``: optimizers that average inside their own step over ``comm`` (1-bit Adam).
 """
 from . import codecs  # noqa: F401  (registers every codec)
 from . import ddp
+from . import optim  # noqa: F401  (registers the optimizer methods)
 from .core import registry
 from .core.base import Compressor, get
 from .comm.feedback import ErrorFeedback
@@ -26,8 +28,8 @@ from .core.registry import (
 from .comm.stats import StepStats
 from .core.wire import PayloadError
 
-# The built-in methods: the codecs in wire id order, then the hook-only ones (powersgd). ``names()`` also
-# has those a user's module registered since.
+# The built-in methods: the codecs in wire id order, then the hook-only ones (powersgd), then the optimizer
+# methods (onebit_adam). ``names()`` also has those a user's module registered since.
 NAMES: tuple[str, ...] = registry.names()
 names = registry.names
 # The codecs that send a plain cast, so they can travel through a native all_reduce.

@@ -192,6 +192,7 @@ SUB_ALLOWED = {
     "compressors.comm": {"compressors.core"},
     "compressors.ddp": {"compressors.comm", "compressors.core"},
     "compressors.sync": {"compressors.comm"},
+    "compressors.optim": {"compressors.comm", "compressors.core"},
     "orchestrator.study": {"orchestrator.cluster"},
     "orchestrator.cluster": set(),
     "orchestrator.predict": {"orchestrator.study"},

@@ -6,13 +6,15 @@ codec: ``base.get``) and ``wire`` (which reads the ids) can both import it
 without a circle. It holds the classes without naming their type: a codec
 class is whatever ``base.Compressor`` declares.
 
-Two kinds of methods register:
+Three kinds of methods register:
 
 - payload codecs: every concrete ``Compressor`` subclass that sets ``name``
   registers itself when its class statement runs (``Compressor.__init_subclass__``
   calls :func:`register`), with its ``wire_id`` (the header's compressor id);
 - hook-only methods, which only run as a DDP communication hook and have no
-  payload of ours (PyTorch's PowerSGD): :func:`register_hook_method`.
+  payload of ours (PyTorch's PowerSGD): :func:`register_hook_method`;
+- optimizer methods, which average inside the optimizer's step what it computes there, through a codec
+  of their own choosing (1-bit Adam's momentum): :func:`register_optimizer_method`.
 
 ``import compressors`` imports every module of the package, so the registry
 is complete before any of it is used.
@@ -46,6 +48,8 @@ _BY_WIRE_ID: dict[int, CodecClass] = {}
 # Hook-only methods: name -> declared parameters (SEED included), and what is wrong with a set of them
 # that is valid one by one (None: nothing).
 HOOK_METHODS: dict[str, tuple[Param, ...]] = {}
+# Optimizer methods: name -> declared parameters (SEED included); their relations share _HOOK_RELATIONS.
+OPTIMIZER_METHODS: dict[str, tuple[Param, ...]] = {}
 _HOOK_RELATIONS: dict[str, Callable[[dict[str, Any]], str | None]] = {}
 
 # How a method's gradients can be averaged (see ``compressors.comm.reducer``).
@@ -77,9 +81,9 @@ def register(cls: CodecClass) -> CodecClass:
     if not isinstance(wire_id, int) or isinstance(wire_id, bool) or not 1 <= wire_id <= MAX_WIRE_ID:
         raise RegistrationError(f"{where}: wire_id must be an int in [1, {MAX_WIRE_ID}] declared on the class "
                                 f"itself, got {wire_id!r}")
-    if name in COMPRESSORS or name in HOOK_METHODS:
+    if name in COMPRESSORS or name in HOOK_METHODS or name in OPTIMIZER_METHODS:
         other = COMPRESSORS.get(name)
-        owner = f"{other.__module__}.{other.__qualname__}" if other else "a hook-only method"
+        owner = f"{other.__module__}.{other.__qualname__}" if other else "a hook-only or optimizer method"
         raise RegistrationError(f"{where}: compressor name {name!r} is already registered by {owner}")
     if wire_id in _BY_WIRE_ID:
         other = _BY_WIRE_ID[wire_id]
@@ -115,12 +119,24 @@ def register_hook_method(name: str, params: tuple[Param, ...],
                          relations: Callable[[dict[str, Any]], str | None] | None = None) -> None:
     """Declare a method that only runs as a DDP hook (``params`` without SEED: it is added);
     ``relations`` says what is wrong with parameters valid one by one but not together."""
-    if name in COMPRESSORS or name in HOOK_METHODS:
+    _register_method(HOOK_METHODS, name, params, relations)
+
+
+def register_optimizer_method(name: str, params: tuple[Param, ...],
+                              relations: Callable[[dict[str, Any]], str | None] | None = None) -> None:
+    """Declare a method that averages inside the optimizer's step (no DDP hook, no payload codec of its own);
+    ``params`` and ``relations`` as ``register_hook_method``'s."""
+    _register_method(OPTIMIZER_METHODS, name, params, relations)
+
+
+def _register_method(kind: dict[str, tuple[Param, ...]], name: str, params: tuple[Param, ...],
+                     relations: Callable[[dict[str, Any]], str | None] | None) -> None:
+    if name in COMPRESSORS or name in HOOK_METHODS or name in OPTIMIZER_METHODS:
         raise RegistrationError(f"compressor name {name!r} is already registered")
     for param in params:
         if not param.doc:
             raise RegistrationError(f"{name}: parameter {param.name!r} needs a one-line doc")
-    HOOK_METHODS[name] = tuple(params) + (SEED,)
+    kind[name] = tuple(params) + (SEED,)
     if relations is not None:
         _HOOK_RELATIONS[name] = relations
 
@@ -144,8 +160,8 @@ def name_of_wire_id(wire_id: int) -> str | None:
 
 
 def names() -> tuple[str, ...]:
-    """Every method: the codecs in wire id order, then the hook-only methods."""
-    return tuple(COMPRESSORS) + tuple(HOOK_METHODS)
+    """Every method: the codecs in wire id order, then the hook-only methods, then the optimizer methods."""
+    return tuple(COMPRESSORS) + tuple(HOOK_METHODS) + tuple(OPTIMIZER_METHODS)
 
 
 def casts() -> tuple[str, ...]:
@@ -162,6 +178,8 @@ def params_of(name: str) -> tuple[Param, ...]:
     """The declared parameters of ``name``, SEED included (ValueError for an unknown name)."""
     if name in HOOK_METHODS:
         return HOOK_METHODS[name]
+    if name in OPTIMIZER_METHODS:
+        return OPTIMIZER_METHODS[name]
     if name not in COMPRESSORS:
         raise _unknown(name)
     return tuple(COMPRESSORS[name].params) + (SEED,)
@@ -185,6 +203,9 @@ def codec_class(name: str) -> CodecClass:
     if name in HOOK_METHODS:
         raise ValueError(f"{name} runs only as a DDP communication hook, it has no payload codec: "
                          f"use compressors.ddp.comm_hook({name!r})")
+    if name in OPTIMIZER_METHODS:
+        raise ValueError(f"{name} averages inside its optimizer's step, it has no payload codec: "
+                         "see compressors.optim")
     if name not in COMPRESSORS:
         raise _unknown(name)
     return COMPRESSORS[name]
@@ -195,10 +216,21 @@ def hook_only(name: str) -> bool:
     return name in HOOK_METHODS
 
 
+def optimizer_method(name: str) -> bool:
+    """Whether ``name`` averages inside its optimizer's step (no DDP hook); False for an unknown name."""
+    return name in OPTIMIZER_METHODS
+
+
+def own_communication(name: str) -> bool:
+    """Whether ``name`` is no payload codec but a method with its own communication (a hook-only or an
+    optimizer method): no algorithm to choose, nothing the performance model knows."""
+    return name in HOOK_METHODS or name in OPTIMIZER_METHODS
+
+
 def impls(name: str) -> tuple[str, ...]:
     """The implementations ``name`` has, in ``IMPLS`` order: auto and the reference always, numba and cuda
     where its class declares the kernels (``has_numba``, ``cuda_program``); a hook-only method has none."""
-    if name in HOOK_METHODS:  # it runs PyTorch's hook: no kernels of ours
+    if own_communication(name):  # PyTorch's hook, or the codec an optimizer method picks: no kernels of its own
         kernels = {}
     else:
         cls = codec_class(name)
@@ -249,24 +281,24 @@ def _default_of(valid: tuple[str, ...]) -> str:
 
 def algorithms(name: str) -> tuple[str, ...]:
     """The algorithms ``name`` can average with (the ``Reducer`` and the hooks take each): casts all four,
-    other codecs allgather, sra and hierarchical unless the codec names its own, a hook-only method only
-    itself."""
-    if name in HOOK_METHODS:
+    other codecs allgather, sra and hierarchical unless the codec names its own, a hook-only or optimizer
+    method only itself."""
+    if own_communication(name):
         return (name,)
     return _algorithms_of(codec_class(name))
 
 
 def default_algorithm(name: str) -> str:
-    """allreduce for the casts, sra for the other codecs, a hook-only method's own name for itself."""
+    """allreduce for the casts, sra for the other codecs, a hook-only or optimizer method's own name for itself."""
     return _default_of(algorithms(name))
 
 
 def algorithm_choices(name: str) -> tuple[str, ...]:
     """The algorithms ``name`` is offered over where methods are compared (a study's algorithm setting):
     those its class declares (``algorithm_choices``: the casts, the baselines, leave out the compressed
-    collectives), else every one of ``algorithms``; none for a hook-only method, whose one algorithm is
-    itself (nothing to choose)."""
-    if name in HOOK_METHODS:
+    collectives), else every one of ``algorithms``; none for a hook-only or optimizer method, whose one
+    algorithm is itself (nothing to choose)."""
+    if own_communication(name):
         return ()
     own = getattr(codec_class(name), "algorithm_choices", None)
     return tuple(own) if own is not None else algorithms(name)

@@ -2,9 +2,9 @@
 other, and each configuration's times from its one-worker trials.
 
 A configuration's times (compute, encode, decode and exposed communication per step) are the medians
-over its one-worker trials (repeats, seeds). Hook-only methods (no payload codec of ours), trials run
-on GPUs and a periodic sync (local_sgd, diloco) are not modelled; a hierarchical trial is no input (one worker is one host: nothing is
-compressed), its codec's sra configuration is.
+over its one-worker trials (repeats, seeds). Hook-only and optimizer methods (PowerSGD, 1-bit Adam), trials
+run on GPUs and a periodic sync (local_sgd, diloco) are not modelled; a hierarchical trial is no input (one
+worker is one host: nothing is compressed), its codec's sra configuration is.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 import workloads
-from compressors.core.registry import hook_only
+from compressors.core.registry import hook_only, optimizer_method
 
 from ..study import predictor_inputs
 from ..study.labels import config_label
@@ -163,6 +163,8 @@ def _not_an_input(settings: dict[str, Any]) -> str | None:
     """Why no trial of ``settings`` is an input of the model, or None."""
     if hook_only(settings["compressor"]):
         return "it runs only as PyTorch's DDP hook, whose traffic the model does not know"
+    if optimizer_method(settings["compressor"]):
+        return "it averages inside its optimizer's step, which the model does not know"
     if settings["use_gpu"]:
         return "a GPU trial is not modelled"
     if settings.get("sync", "every_step") != "every_step":

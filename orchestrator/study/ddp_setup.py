@@ -6,7 +6,11 @@ fp32 over allreduce, the baseline, is plain DDP (no hook: ``compressors.ddp.Plai
 bytes). Every other method runs through a ``HookSwitch`` that holds fp32's hook for the warm-up epochs
 and the method's after. With sync local_sgd or diloco no DDP wraps the model (no all-reduce in a step):
 ``compressors.sync.OuterSync`` exchanges through a Reducer of the compressor every inner_steps steps
-(fp32's in the warm-up epochs).
+(fp32's in the warm-up epochs). Nor with a compressor that takes the optimizer's steps (onebit_adam:
+``compressors.optim.OnebitAdam``), which averages inside them.
+
+``precision`` bf16 and fp16 run the forward pass and the loss under ``torch.autocast`` (fp16 with a
+gradient scaler); the parameters and their gradients stay fp32, as DDP's hooks get them.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import workloads
 from compressors import Reducer, ddp, owns_momentum
 from compressors.comm.reducer import phase_group
 from compressors.comm.topology import Topology, discover
+from compressors.optim import OnebitAdam, warmup_steps_of
 from compressors.sync import OuterSync
 from compressors.core import registry
 from compressors.ddp.step_clock import StepClock
@@ -79,8 +84,8 @@ def momentum(config: dict[str, Any]) -> float:
 def optimizer(config: dict[str, Any], params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
     """The trial's optimizer over ``params``."""
     name, lr, wd = config["optimizer"], config["lr"], config["weight_decay"]
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+    if name in ("adam", "adamw"):
+        return (torch.optim.Adam if name == "adam" else torch.optim.AdamW)(params, lr=lr, weight_decay=wd)
     # A method that keeps the momentum in its memory (DGC's momentum correction) gets SGD without.
     return torch.optim.SGD(params, lr=lr, momentum=0.0 if owns_momentum(config["compressor"]) else momentum(config),
                            weight_decay=wd)
@@ -167,6 +172,51 @@ def _outer_sync(config: dict[str, Any], params: list[torch.nn.Parameter], topolo
         raise ValueError(f"setting fragments: {error}") from None
 
 
+class OptimizerExchange:
+    """The exchanges of an optimizer that averages inside its own step (``OnebitAdam``), as the training loop
+    asks a sync for them: one a step, its wait the optimizer's."""
+
+    period = 1  # steps between two exchanges
+
+    def __init__(self, optimizer: OnebitAdam) -> None:
+        self.optimizer = optimizer
+
+    @property
+    def history(self) -> list[Any]:
+        """One ``StepStats`` per step."""
+        return self.optimizer.history
+
+    def for_epoch(self, epoch: int, warmup_epochs: int) -> OptimizerExchange:
+        """The optimizer's own warm-up counts steps, not epochs: this, whatever the epoch."""
+        return self
+
+    def after_step(self) -> float:
+        """The seconds the step's optimizer spent averaging."""
+        return self.optimizer.waited_s
+
+    def end_step(self) -> None:
+        """Nothing: the optimizer's step closed the step's statistics."""
+
+    @contextlib.contextmanager
+    def evaluated(self) -> Iterator[None]:
+        """The model as it is: every rank applies the same averaged update."""
+        yield
+
+    def close(self, failed: bool = False) -> None:
+        """Nothing in flight outlives a step."""
+
+
+def _onebit_adam(config: dict[str, Any], params: list[torch.nn.Parameter], topology: Topology,
+                 run_steps: int) -> OnebitAdam:
+    """1-bit Adam of the trial: fp32 gradients in its warm-up, then the momentum through its codec's Reducer (the
+    codec's default algorithm; sra's error feedback on both sides for a biased codec)."""
+    method = config["compressor_params"]
+    options = dict(min_compress_numel=config["min_compress_numel"], topology=topology, seed=config["seed"])
+    reducer = Reducer(method["codec"], impl=config["impl"], **options)
+    return OnebitAdam(params, reducer, Reducer("fp32", **options), warmup_steps=warmup_steps_of(method, run_steps),
+                      lr=config["lr"], weight_decay=config["weight_decay"], decoupled=config["optimizer"] == "adamw")
+
+
 @dataclass
 class Setup:
     """A run's model (``model.module`` the user's, wrapped in DDP; with a periodic sync the user's module
@@ -177,16 +227,27 @@ class Setup:
     params: list[torch.nn.Parameter]
     summary: dict[str, Any]  # workloads.model_summary
     timer: StepTimer
-    sync: Hooks | OuterSync
-    optimizer: torch.optim.Optimizer
+    sync: Hooks | OuterSync | OptimizerExchange
+    optimizer: torch.optim.Optimizer | OnebitAdam
+    precision: str = "fp32"
+    # fp16's: scales the loss so that small gradients survive fp16, skips a step whose gradients overflowed.
+    scaler: torch.amp.GradScaler | None = None
 
     @property
     def grad_numel(self) -> int:
         return sum(p.numel() for p in self.params)
 
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The forward pass's precision: torch.autocast for bf16 and fp16, nothing for fp32."""
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        device = self.params[0].device.type if self.params else "cpu"
+        return torch.autocast(device, dtype=torch.bfloat16 if self.precision == "bf16" else torch.float16)
 
-def build(config: dict[str, Any], data: workloads.DatasetPair, device: torch.device) -> Setup:
-    """The model of ``config`` for ``data`` on ``device``, in DDP with its hooks, and its optimizer."""
+
+def build(config: dict[str, Any], data: workloads.DatasetPair, device: torch.device, run_steps: int) -> Setup:
+    """The model of ``config`` for ``data`` on ``device``, in DDP with its hooks, and its optimizer, for a run of
+    ``run_steps`` steps."""
     torch.manual_seed(config["seed"])  # identical initial weights on every rank
     module = workloads.build_model(config["model"], data.input_shape, data.num_classes,
                                    **settings.model_options_of(config)).to(device)
@@ -194,14 +255,22 @@ def build(config: dict[str, Any], data: workloads.DatasetPair, device: torch.dev
     # Which host each rank runs on: what crosses hosts (bytes_inter), and the hierarchical algorithm's levels.
     topology = discover()
     params = list(module.parameters())
+    precision = config["precision"]
+    if registry.optimizer_method(config["compressor"]):
+        _broadcast(module)
+        onebit = _onebit_adam(config, params, topology, run_steps)
+        return Setup(module, params, summary, StepTimer(module, device, hooks=False), OptimizerExchange(onebit), onebit,
+                     precision)
     if config["sync"] != "every_step":
         _broadcast(module)
         sync = _outer_sync(config, params, topology)
-        return Setup(module, params, summary, StepTimer(module, device, hooks=False), sync, optimizer(config, params))
+        return Setup(module, params, summary, StepTimer(module, device, hooks=False), sync, optimizer(config, params),
+                     precision)
     timer = StepTimer(module, device)
     # DDP also with one worker: the compressor encodes and decodes every gradient, so its cost in
     # accuracy shows, through the same hook as with many.
     model = torch.nn.parallel.DistributedDataParallel(
         module, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=config["bucket_cap_mb"])
     hooks = _attach_hooks(config, model, topology, sum(p.numel() for p in params), timer.clock)
-    return Setup(model, params, summary, timer, hooks, optimizer(config, params))
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    return Setup(model, params, summary, timer, hooks, optimizer(config, params), precision, scaler)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from compressors.core.registry import hook_only
+from compressors.core.registry import own_communication
 
 from .labels import config_labels
 from .settings import TRIAL_KEYS, param
@@ -71,9 +71,9 @@ def predictor_input_trials(trials: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def _modelled(trial: dict[str, Any]) -> bool:
-    """Whether the performance model knows the trial's step: a hook-only method (no payload codec of ours) or a
-    GPU trial it does not."""
-    return not hook_only(trial["compressor"]) and not trial["use_gpu"]
+    """Whether the performance model knows the trial's step: a hook-only or optimizer method (no payload codec of
+    its own) or a GPU trial it does not."""
+    return not own_communication(trial["compressor"]) and not trial["use_gpu"]
 
 
 def _settings(trial: dict[str, Any]) -> dict[str, Any]:

@@ -49,6 +49,10 @@ SYNC_KEYS: dict[str, tuple[str, ...]] = {
     "diloco": ("inner_steps", "outer_lr", "outer_momentum", "fragments", "overlap_steps")}
 SYNC_DEFAULTS: dict[str, float | int] = {"outer_lr": 0.7, "outer_momentum": 0.9, "fragments": 1, "overlap_steps": 0}
 ALL_SYNC_KEYS: tuple[str, ...] = SYNC_KEYS["diloco"]
+OPTIMIZERS = ("sgd", "adam", "adamw")
+# The optimizers of the compressors that take the optimizer's steps (onebit_adam).
+ADAMS = ("adam", "adamw")
+PRECISIONS = ("fp32", "bf16", "fp16")
 # Ray takes the wait for a placement group as an int64 of seconds (1e300 cannot be passed on); past
 # this (11.6 days) null, waiting forever, says it.
 PLACEMENT_TIMEOUT_MAX_S = 1_000_000
@@ -142,11 +146,17 @@ _TRAINING: tuple[Param, ...] = (
               "factory's torch Datasets); 0: read in the training process. In-memory built-ins need none"),
     Param("epochs", 1, int, low=1, high=100_000, doc="passes over the training data"),
     Param("batch_size", 64, int, low=1, doc="samples per step on each worker"),
-    Param("optimizer", "sgd", str, choices=("sgd", "adam"), doc="torch.optim.SGD or torch.optim.Adam"),
+    Param("optimizer", "sgd", str, choices=OPTIMIZERS, doc="torch.optim.SGD, Adam or AdamW (compressor onebit_adam: "
+                                                           "adam or adamw, whose steps it takes)"),
     Param("lr", 0.05, float, low=0, low_open=True, high=OPTIMIZER_SCALAR_MAX, doc="learning rate"),
-    Param("momentum", None, float, low=0, high=1, nullable=True, doc="sgd's momentum (null: 0.9); dgc moves it into its memory, and sgd runs without; not with adam"),
-    Param("weight_decay", 0.0, float, low=0, high=OPTIMIZER_SCALAR_MAX, doc="L2 penalty, as the optimizer applies it"),
+    Param("momentum", None, float, low=0, high=1, nullable=True,
+          doc="sgd's momentum (null: 0.9); dgc moves it into its memory, and sgd runs without; not with adam or adamw"),
+    Param("weight_decay", 0.0, float, low=0, high=OPTIMIZER_SCALAR_MAX,
+          doc="weight decay, as the optimizer applies it (sgd, adam: an L2 penalty in the gradient; adamw: decoupled)"),
     Param("warmup_epochs", 0, int, low=0, doc="first epochs in fp32 before the compressor takes over; < epochs"),
+    Param("precision", "fp32", str, choices=PRECISIONS,
+          doc="the forward pass's and loss's: fp32; bf16 (torch.autocast, CPUs and GPUs); fp16 (autocast with a "
+              "gradient scaler, GPUs only). Parameters and gradients stay fp32, as the hooks get them in DDP"),
     Param("target", None, dict, nullable=True,
           doc="{metric: NAME, value: V}: the value of a test metric (test_accuracy, higher is better; test_loss, "
               "test_perplexity, lower is better) whose first crossing gives time_to_target_s; a sweep needs "
@@ -242,8 +252,9 @@ def algorithms(compressor: str) -> tuple[str, ...]:
 
 
 def default_algorithm(compressor: str) -> str | None:
-    """The registry's default; None (the setting's null) for a hook-only method, which has nothing to choose."""
-    return None if registry.hook_only(compressor) else registry.default_algorithm(compressor)
+    """The registry's default; None (the setting's null) for a hook-only or optimizer method, which has nothing to
+    choose."""
+    return None if registry.own_communication(compressor) else registry.default_algorithm(compressor)
 
 
 def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
@@ -252,10 +263,11 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
     A value the user sets is never silently ignored: a setting that the chosen
     optimizer, model or dataset does not take is an error here.
     """
-    if settings.get("optimizer") == "adam" and settings.get("momentum") is not None:
-        yield "momentum", "adam takes no momentum (it has betas); unset momentum or use optimizer: sgd"
+    if settings.get("optimizer") in ADAMS and settings.get("momentum") is not None:
+        yield "momentum", (f"{settings['optimizer']} takes no momentum (it has betas); unset momentum or use "
+                           "optimizer: sgd")
     if registry.owns_momentum(settings["compressor"]):
-        if settings.get("optimizer") == "adam":
+        if settings.get("optimizer") in ADAMS:
             yield "optimizer", (f"{settings['compressor']} keeps sgd's momentum in its memory (momentum correction): "
                                 "use optimizer: sgd")
         if settings.get("weight_decay"):
@@ -275,6 +287,8 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
         yield "backend", "nccl needs GPUs: set use_gpu: true, or use gloo (or auto) on CPUs"
     yield from _impl_problems(settings)
     yield from _sync_problems(settings)
+    yield from _optimizer_method_problems(settings)
+    yield from _precision_problems(settings)
     for key in ("intra", "inter"):
         if settings.get(key) is not None and settings.get("algorithm") != "hierarchical":
             yield key, f"{key} is a setting of algorithm hierarchical; unset it or set algorithm: hierarchical"
@@ -282,7 +296,36 @@ def relation_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
     if algorithm is not None and algorithm not in algorithms(settings["compressor"]):
         valid = algorithms(settings["compressor"])
         yield "algorithm", (f"algorithm {algorithm!r} is invalid for {settings['compressor']!r}; valid: "
-                            + (", ".join(valid) if valid else "none (it runs its own communication hook)"))
+                            + (", ".join(valid) if valid else "none (it runs its own communication)"))
+
+
+def _optimizer_method_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
+    """A compressor that takes the optimizer's steps (onebit_adam) with another optimizer, or with what it does
+    itself (its own warm-up, exchanging every step)."""
+    compressor = settings["compressor"]
+    if not registry.optimizer_method(compressor):
+        return
+    if settings.get("optimizer") not in ADAMS:
+        yield "optimizer", (f"{compressor} takes Adam's steps itself (the momentum it sends is Adam's): use "
+                            "optimizer: adam or adamw")
+    if settings.get("warmup_epochs"):
+        yield "warmup_epochs", (f"{compressor} has a warm-up of its own (its warmup_steps, gradients averaged in "
+                                "fp32): set warmup_epochs: 0")
+
+
+def _precision_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
+    """fp16 on CPUs, or where the ranks' gradient scalers could disagree on skipping a step."""
+    if settings.get("precision") != "fp16":
+        return
+    if not settings.get("use_gpu"):
+        yield "precision", ("fp16 autocast with a gradient scaler is for GPUs (a CPU has no fast fp16 matrix "
+                            "products): use precision: bf16 on CPUs, or set use_gpu: true")
+    own = "sync " + settings["sync"] if (settings.get("sync") or "every_step") != "every_step" else None
+    own = own or (settings["compressor"] if registry.optimizer_method(settings["compressor"]) else None)
+    if own:
+        # Each rank's scaler sees only its own gradients: one would skip a step whose exchange the others run.
+        yield "precision", (f"with {own} each worker's gradient scaler sees only its own gradients, and the ranks "
+                            "could disagree on skipping a step: use precision: bf16 or fp32")
 
 
 # What to use instead of an impl whose kernels do not run on the trial's device.
@@ -313,7 +356,10 @@ def _sync_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
     if sync == "every_step":
         return
     compressor = settings["compressor"]
-    if compressor in compressors.names() and registry.hook_only(compressor):
+    if registry.optimizer_method(compressor):
+        yield "compressor", (f"{compressor} averages inside every optimizer step: with sync {sync} use a codec "
+                             "(compressor: fp32, fp16, qsgd, mx, ...)")
+    elif compressor in compressors.names() and registry.hook_only(compressor):
         yield "compressor", (f"{compressor} runs as DDP's own communication hook, on every step's gradients: with "
                              f"sync {sync} use a codec (compressor: fp32, fp16, qsgd, mx, ...)")
     elif compressor in compressors.names() and registry.owns_momentum(compressor):

@@ -155,7 +155,7 @@ class _Run:
 
     def evaluate(self) -> dict[str, float | None]:
         """The test set's metrics now (with a periodic sync, of the global parameters)."""
-        with self.setup.sync.evaluated():
+        with self.setup.sync.evaluated(), self.setup.autocast():
             return evaluation.evaluate(self.setup.model, self.data, self.rank, self.world, self.device,
                                        self.aggregate, self.config)
 
@@ -192,13 +192,18 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One training step on a batch on the device; returns its loss."""
     setup = run.setup
     setup.timer.start()
-    loss = task_loss(setup.model(x), y)
+    with setup.autocast():
+        loss = task_loss(setup.model(x), y)
     if run.config["force_nan_at_step"] == run.global_step:
         loss = loss * math.nan
     setup.optimizer.zero_grad(set_to_none=False)
-    loss.backward()
+    (loss if setup.scaler is None else setup.scaler.scale(loss)).backward()
     setup.timer.backward_done()
-    setup.optimizer.step()
+    if setup.scaler is None:
+        setup.optimizer.step()
+    else:  # unscales the averaged gradients; skips the step where they overflowed, and lowers the scale
+        setup.scaler.step(setup.optimizer)
+        setup.scaler.update()
     setup.timer.step_done(setup.sync.after_step())
     setup.sync.end_step()
     return loss
@@ -300,10 +305,10 @@ def _train(config: dict[str, Any], report: Report | None, rank: int, world: int,
            device: torch.device, started: Callable[[], None] | None) -> dict[str, Any]:
     data = _dataset(config)
     target = _target(config, data)
-    setup = ddp_setup.build(config, data, device)
+    steps = _steps_per_epoch(config, len(data.train), world)
+    setup = ddp_setup.build(config, data, device, steps * config["epochs"])
     sources = workloads.sources(config["model"], config["dataset"], config["imports"] or ())
     run = _Run(config, data, rank, world, device, setup, _Aggregate(world, device), target, started)
-    steps = _steps_per_epoch(config, len(data.train), world)
     if setup.sync.period > steps * config["epochs"]:
         raise SettingError(f"setting inner_steps: {config['inner_steps']} is more than the run's "
                            f"{steps * config['epochs']} steps ({config['epochs']} epoch(s) of {steps}): it would "

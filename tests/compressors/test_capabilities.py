@@ -12,13 +12,17 @@ from compressors.core import registry
 from orchestrator.study import settings
 
 NAMES = registry.names()
+# The methods a DDP hook runs (an optimizer method averages in its optimizer's step instead).
+HOOKED = [name for name in NAMES if not registry.optimizer_method(name)]
 # Every algorithm name a method might be given: the shared ones and each hook-only method's own.
 EVERY_ALGORITHM = registry.ALGORITHMS + tuple(registry.HOOK_METHODS)
 
 
 def _settings_accept(name: str, **given: object) -> bool:
+    # an optimizer method takes Adam's steps
+    optimizer = {"optimizer": "adam"} if registry.optimizer_method(name) else {}
     try:
-        settings.check_training({"compressor": name, **given})
+        settings.check_training({"compressor": name, **optimizer, **given})
     except ValueError:
         return False
     return True
@@ -33,7 +37,7 @@ def _hook(name: str, algorithm: str | None) -> ddp.HookState:
 def test_the_settings_offer_the_registrys_choices_and_default(name):
     choices = registry.algorithm_choices(name)
     assert settings.algorithms(name) == choices and set(choices) <= set(registry.algorithms(name))
-    if registry.hook_only(name):  # its one algorithm is itself: nothing to choose, the setting stays null
+    if registry.own_communication(name):  # its one algorithm is itself: nothing to choose, the setting stays null
         assert choices == () and settings.default_algorithm(name) is None
     else:
         assert settings.default_algorithm(name) == registry.default_algorithm(name) in choices
@@ -43,7 +47,7 @@ def test_the_settings_offer_the_registrys_choices_and_default(name):
         assert _settings_accept(name, algorithm=algorithm) == (algorithm in choices), algorithm
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", HOOKED)
 def test_the_hooks_take_the_registrys_algorithms_and_default(name):
     assert _hook(name, None).algorithm == registry.default_algorithm(name)
     for algorithm in EVERY_ALGORITHM:
@@ -54,7 +58,14 @@ def test_the_hooks_take_the_registrys_algorithms_and_default(name):
                 _hook(name, algorithm)
 
 
-@pytest.mark.parametrize("name", NAMES)
+def test_an_optimizer_method_has_no_hook():
+    for name in registry.OPTIMIZER_METHODS:
+        with pytest.raises(ValueError, match="averages inside its optimizer's step"):
+            _hook(name, None)
+        assert not registry.plain_ddp(name)
+
+
+@pytest.mark.parametrize("name", HOOKED)
 def test_plain_ddp_is_pytorchs_allreduce_hook_and_nothing_else(name):
     for algorithm in registry.algorithms(name):
         plain = registry.plain_ddp(name, algorithm)

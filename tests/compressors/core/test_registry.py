@@ -23,7 +23,7 @@ def test_registry_names():
     assert shipped == ["fp32", "fp16", "bf16", "dynamic8", "linear8", "qsgd", "onebit", "adaptive", "topk"]
     assert [C.COMPRESSORS[n].wire_id for n in shipped] == list(range(1, 10))
     assert sorted(c.wire_id for c in C.COMPRESSORS.values()) == [c.wire_id for c in C.COMPRESSORS.values()]
-    assert C.NAMES == tuple(C.COMPRESSORS) + ("powersgd",)
+    assert C.NAMES == tuple(C.COMPRESSORS) + ("powersgd", "onebit_adam")
     assert [n for n in C.CASTS if n in FIRST_METHODS] == ["fp32", "fp16", "bf16"]
     with pytest.raises(ValueError, match=r"powersgd.*compressors\.ddp\.comm_hook"):
         C.get("powersgd")

@@ -240,6 +240,8 @@ CLI_CASES = [
     (["--num_workers", "4"], ["unrecognized arguments: --num_workers 4"]),
     (["--cpus_per_worker", "7"], ["unrecognized arguments: --cpus_per_worker 7"]),
     (["--optimizer", "adam", "--momentum", "0.9"], ["adam takes no momentum"]),
+    (["--precision", "fp16"], ["setting precision: fp16 autocast with a gradient scaler is for GPUs", "use precision: bf16"]),
+    (["--compressor", "onebit_adam"], ["setting optimizer: onebit_adam takes Adam's steps itself"]),
     (["--compressor", "qsgd", "--compressor_params", "{bits: 1}"], ["bits", "[2, 8]"]),
 ]
 
