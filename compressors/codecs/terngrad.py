@@ -60,8 +60,12 @@ class TernGrad(QSGD):
 
     def _encode_numba(self, flat: np.ndarray, body: np.ndarray, shape: tuple[int, ...], *, step: int,
                       rank: int, stream: int) -> None:
-        if self.clip != 0.0:
-            flat = self._clipped(torch.from_numpy(flat)).numpy()
+        if self.clip != 0.0 and flat.size:
+            from ..kernels import terngrad as kernels
+
+            clipped = np.empty_like(flat)
+            kernels.clip(flat, self.clip, clipped)
+            flat = clipped
         super()._encode_numba(flat, body, shape, step=step, rank=rank, stream=stream)
 
     def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:

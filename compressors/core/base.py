@@ -89,6 +89,8 @@ class Compressor(ABC):
             registry.register(cls)
 
     def __init__(self, *, impl: str = "auto", **params: Any) -> None:
+        self._headers: dict[tuple, tuple[np.ndarray, torch.Tensor, int]] = {}
+        self._paths: dict[str, str] = {}  # device type -> the code its tensors go through (``_path``)
         self.config = resolve(self.name, self.params + (SEED,), params)
         problem = self.relations(self.config)
         if problem:
@@ -138,6 +140,15 @@ class Compressor(ABC):
             return False
         return self.impl == "numba" or (self.impl == "auto" and self.has_numba and numba_installed())
 
+    def _path(self, device: torch.device) -> str:
+        """Which code tensors on ``device`` go through: "cuda", "numba" or "torch" (the reference), asked once
+        per device type (ValueError, each time, where ``impl`` does not run there)."""
+        path = self._paths.get(device.type)
+        if path is None:
+            path = "cuda" if self.uses_cuda(device) else "numba" if self.uses_numba(device) else "torch"
+            self._paths[device.type] = path
+        return path
+
     def uses_cuda(self, device: torch.device | str) -> bool:
         """Whether tensors on ``device`` go through the CUDA kernels."""
         if torch.device(device).type != "cuda":
@@ -172,6 +183,21 @@ class Compressor(ABC):
     def _header_params(self, shape: tuple[int, ...]) -> tuple[int, int, int, float]:
         return (0, 0, 0, 0.0)
 
+    def _header(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[np.ndarray, torch.Tensor, int]:
+        """The header of a tensor of ``shape`` and ``dtype`` (uint8, as numpy and as a CPU tensor) and its body's
+        size, made once per shape: a training step encodes the same shapes every step, and building a header
+        cost more than a small tensor's kernels."""
+        params = self._header_params(shape)
+        key = (shape, dtype, params)
+        made = self._headers.get(key)
+        if made is None:
+            body_nbytes = self._body_nbytes(shape)
+            header = np.frombuffer(wire.encode_header(self.name, dtype, shape, params, body_nbytes), dtype=np.uint8)
+            if len(self._headers) >= _HEADERS_KEPT:  # a caller of ever new shapes keeps only recent ones
+                self._headers.clear()
+            made = self._headers[key] = (header, torch.from_numpy(header.copy()), body_nbytes)
+        return made
+
     @abstractmethod
     def _body_nbytes(self, shape: tuple[int, ...]) -> int:
         """Body size in bytes for a tensor of ``shape``."""
@@ -197,27 +223,33 @@ class Compressor(ABC):
                              f"(dynamic8 or linear8 with scope 'tensor'), not {self!r}")
         extra = {} if absmax is None else {"absmax": absmax}
         shape = tuple(x.shape)
-        body_nbytes = self._body_nbytes(shape)
-        header = wire.encode_header(self.name, x.dtype if x.dtype in wire.DTYPE_CODES else torch.float32,
-                                    shape, self._header_params(shape), body_nbytes)
+        header, header_tensor, body_nbytes = self._header(shape, x.dtype if x.dtype in wire.DTYPE_CODES
+                                                          else torch.float32)
         if out is not None:
             _check_out(self.name, out, torch.uint8, len(header) + body_nbytes, x.device)
+        path = self._path(x.device)
+        if path == "numba":
+            payload = out if out is not None else torch.empty(len(header) + body_nbytes, dtype=torch.uint8)
+            array = payload.numpy()
+            array[:len(header)] = header
+            self._encode_numba(_flat_f32_numpy(x), array[len(header):], shape,
+                               step=step, rank=rank, stream=stream, **extra)
+            return payload
         flat = x.detach().reshape(-1).to(torch.float32)
-        if self.uses_cuda(x.device):
+        if path == "cuda":
             k = self._cuda_kernels(x.device)
             payload = out if out is not None else torch.empty(len(header) + body_nbytes, dtype=torch.uint8,
                                                               device=x.device)
-            payload[:len(header)].copy_(torch.frombuffer(bytearray(header), dtype=torch.uint8))
+            payload[:len(header)].copy_(header_tensor)
             with k.on_stream():  # the glue's scratch, copies and reads on the launches' stream
                 self._encode_cuda(k, k.as_array(flat.contiguous()), k.as_array(payload)[len(header):], shape,
                                   step=step, rank=rank, stream=stream, **extra)
             return payload
-        if self.uses_numba(x.device):
-            payload = out if out is not None else torch.empty(len(header) + body_nbytes, dtype=torch.uint8)
-            array = payload.numpy()
-            array[:len(header)] = np.frombuffer(header, dtype=np.uint8)
-            self._encode_numba(flat.contiguous().numpy(), array[len(header):], shape,
-                               step=step, rank=rank, stream=stream, **extra)
+        if self.cast_dtype is not None:  # one pass from the input into the payload: no body to concatenate
+            payload = out if out is not None else torch.empty(len(header) + body_nbytes, dtype=torch.uint8,
+                                                              device=x.device)
+            payload[:len(header)].copy_(header_tensor)
+            _cast_into(flat, payload[len(header):], self.cast_dtype)
             return payload
         body = [_flat_bytes(part) for part in self._encode_body(flat, shape, step=step, rank=rank, stream=stream,
                                                                 **extra)]
@@ -225,7 +257,7 @@ class Compressor(ABC):
         if made != body_nbytes:  # the codec's own two halves disagree: say so here, not at a peer's decode
             raise ValueError(f"{self.name}: encode made a body of {made} bytes for a tensor of shape {list(shape)}, "
                              f"where its _body_nbytes says {body_nbytes}: _encode_body and _body_nbytes disagree")
-        parts = [torch.frombuffer(bytearray(header), dtype=torch.uint8).to(x.device), *body]
+        parts = [header_tensor.to(x.device), *body]
         return torch.cat(parts, out=out) if out is not None else torch.cat(parts)
 
     def decode(self, payload: torch.Tensor, *, out: torch.Tensor | None = None, add: bool = False) -> torch.Tensor:
@@ -252,18 +284,23 @@ class Compressor(ABC):
             raise ValueError(f"{self.name}: decode(add=True) adds into out, which is missing")
         if out is not None:
             _check_out(self.name, out, torch.float32, header.numel, payload.device)
-        if self.uses_cuda(payload.device):
+        path = self._path(payload.device)
+        if path == "cuda":
             k = self._cuda_kernels(payload.device)
             target = out if out is not None else torch.empty(header.numel, dtype=torch.float32, device=payload.device)
             with k.on_stream():  # the glue's scratch, copies and reads on the launches' stream
                 body = k.as_array(payload.contiguous())[header.nbytes:]
                 self._decode_cuda(k, body, header.shape, k.as_array(target.view(-1)), add)
             return target.view(header.shape)
-        if self.uses_numba(payload.device):
+        if path == "numba":
             target = out if out is not None else torch.empty(header.numel, dtype=torch.float32)
             body = payload.contiguous().numpy()[header.nbytes:]
             self._decode_numba(body, header.shape, target.view(-1).numpy(), add)
             return target.view(header.shape)
+        if self.cast_dtype is not None and out is not None:  # one pass from the payload into out
+            cast = wire.section(payload.contiguous(), header.nbytes, header.numel, self.cast_dtype)
+            (out.view(-1).add_ if add else out.view(-1).copy_)(cast)
+            return out.view(header.shape)
         # Sections are viewed in place, which needs a dense buffer.
         values = self._decode_body(payload.contiguous(), header.nbytes, header.shape)
         if out is None:
@@ -305,6 +342,9 @@ class Compressor(ABC):
         raise NotImplementedError(f"{self.name} has no CUDA kernels")
 
 
+_HEADERS_KEPT = 1024  # headers a codec keeps (``Compressor._header``)
+
+
 def _check_not_meta(name: str, tensor: torch.Tensor) -> None:
     # A meta tensor has a shape but no values: torch raises NotImplementedError at the first read.
     if tensor.device.type == "meta":
@@ -313,10 +353,28 @@ def _check_not_meta(name: str, tensor: torch.Tensor) -> None:
 
 def _check_out(name: str, out: torch.Tensor, dtype: torch.dtype, numel: int, device: torch.device) -> None:
     if (not torch.is_tensor(out) or out.dtype != dtype or out.numel() != numel or not out.is_contiguous()
-            or out.device != torch.device(device)):
+            or out.device != device):
         raise ValueError(f"{name}: out must be a contiguous {dtype} tensor of {numel} elements on {device}, got "
                          + (f"{out.dtype} {tuple(out.shape)} on {out.device}" if torch.is_tensor(out)
                             else type(out).__name__))
+
+
+def _flat_f32_numpy(x: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as a flat float32 numpy array: a view where it is one already, else a converted copy."""
+    if x.dtype == torch.float32 and x.is_contiguous():
+        return x.detach().numpy().reshape(-1)
+    return x.detach().reshape(-1).to(torch.float32).contiguous().numpy()
+
+
+def _cast_into(flat: torch.Tensor, body: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``flat`` cast to ``dtype`` into the uint8 ``body``; through a temporary where the body sits at an offset
+    the dtype cannot be viewed at (a payload inside a larger buffer)."""
+    itemsize = dtype.itemsize
+    if body.storage_offset() % itemsize == 0:
+        body.view(dtype).copy_(flat)
+    else:
+        body.copy_(flat.to(dtype).view(torch.uint8))
+    return body
 
 
 def _flat_bytes(part: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,8 @@ uniform is its top 24 bits times 2**-24, exact in float32, in [0, 1).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -29,10 +31,22 @@ def fmix32(x: int) -> int:
 
 def stream_key(seed: int, step: int, rank: int, stream: int) -> int:
     """Fold the four counters into one 32-bit key (chained fmix32)."""
+    return fmix32(_prefix(seed, step, rank) ^ _mixed(stream))
+
+
+# A step encodes many streams (tensors, chunks) under one (seed, step, rank), the same streams every step:
+# both halves kept, the eight fmix32 of a key in pure Python cost more than a small tensor's kernels.
+@functools.lru_cache(maxsize=64)
+def _prefix(seed: int, step: int, rank: int) -> int:
     key = 0
-    for part in (seed, step, rank, stream):
-        key = fmix32(key ^ fmix32((part & _M32) + GOLDEN))
+    for part in (seed, step, rank):
+        key = fmix32(key ^ _mixed(part))
     return key
+
+
+@functools.lru_cache(maxsize=4096)
+def _mixed(part: int) -> int:
+    return fmix32((part & _M32) + GOLDEN)
 
 
 def uniform(key: int, n: int, device: torch.device, start: int = 0) -> torch.Tensor:

@@ -35,6 +35,10 @@ MAX_NDIM = 8
 MAX_NUMEL = 2**31 - 1
 _FIXED = struct.Struct("<4sBBBBIIIfQQ")
 HEADER_FIXED_NBYTES = _FIXED.size  # 40
+_SHAPES = [struct.Struct(f"<{ndim}Q") for ndim in range(MAX_NDIM + 1)]
+# Headers read and checked (``read_header``), by their bytes: a header's bytes say all it holds.
+_READ: dict[bytes, "Header"] = {}
+_READ_KEPT = 4096
 
 DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3}
 _DTYPES = {v: k for k, v in DTYPE_CODES.items()}
@@ -75,7 +79,7 @@ def encode_header(codec: str, dtype: torch.dtype, shape: tuple[int, ...],
     p0, p1, p2, p3 = params
     fixed = _FIXED.pack(MAGIC, FORMAT_VERSION, registry.wire_id_of(codec), DTYPE_CODES[dtype], len(shape),
                         p0, p1, p2, p3, numel, body_nbytes)
-    return fixed + struct.pack(f"<{len(shape)}Q", *shape)
+    return fixed + _SHAPES[len(shape)].pack(*shape)
 
 
 def read_header(payload: torch.Tensor) -> Header:
@@ -85,8 +89,13 @@ def read_header(payload: torch.Tensor) -> Header:
     total = payload.numel()
     if total < HEADER_FIXED_NBYTES:
         raise PayloadError(f"payload truncated: {total} bytes, the header alone needs {HEADER_FIXED_NBYTES}")
-    fixed = payload[:HEADER_FIXED_NBYTES].cpu().numpy().tobytes()
-    magic, version, codec_id, dtype_code, ndim, p0, p1, p2, p3, numel, body = _FIXED.unpack(fixed)
+    # One read of the longest header there can be (one copy from a GPU), the shape parsed from it below.
+    head = _host_bytes(payload, min(total, header_nbytes(MAX_NDIM)))
+    # A training step decodes the same headers every step: one read and checked before is looked up.
+    known = _READ.get(head[:header_nbytes(head[7])])  # byte 7: ndim
+    if known is not None and total == known.nbytes + known.body_nbytes:
+        return known
+    magic, version, codec_id, dtype_code, ndim, p0, p1, p2, p3, numel, body = _FIXED.unpack_from(head)
     if magic != MAGIC:
         raise PayloadError(f"not a compressor payload: magic {magic!r}, expected {MAGIC!r}")
     if version != FORMAT_VERSION:
@@ -101,12 +110,23 @@ def read_header(payload: torch.Tensor) -> Header:
     hdr_len = header_nbytes(ndim)
     if total < hdr_len:
         raise PayloadError(f"payload truncated: {total} bytes, the header needs {hdr_len}")
-    shape = struct.unpack(f"<{ndim}Q", payload[HEADER_FIXED_NBYTES:hdr_len].cpu().numpy().tobytes())
+    shape = _SHAPES[ndim].unpack_from(head, HEADER_FIXED_NBYTES)
     if numel > MAX_NUMEL or any(d > MAX_NUMEL for d in shape) or math.prod(shape) != numel:
         raise PayloadError(f"payload shape {shape} does not match its element count {numel}")
     if total != hdr_len + body:
         raise PayloadError(f"payload is {total} bytes, its header says {hdr_len + body}")
-    return Header(codec, _DTYPES[dtype_code], tuple(shape), numel, (p0, p1, p2, p3), body)
+    header = Header(codec, _DTYPES[dtype_code], tuple(shape), numel, (p0, p1, p2, p3), body)
+    if len(_READ) >= _READ_KEPT:  # a reader of ever new headers keeps only recent ones
+        _READ.clear()
+    _READ[head[:hdr_len]] = header
+    return header
+
+
+def _host_bytes(payload: torch.Tensor, count: int) -> bytes:
+    """The first ``count`` bytes of ``payload`` on the host."""
+    if payload.device.type == "cpu":
+        return payload.numpy()[:count].tobytes()
+    return payload[:count].cpu().numpy().tobytes()
 
 
 def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int]:

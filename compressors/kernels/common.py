@@ -153,9 +153,9 @@ def f32_section(body: np.ndarray, start: int, count: int, *, writable: bool = Fa
     """``count`` float32 at byte ``start`` of a uint8 body. A section to read is copied when unaligned
     (a payload cut out of a gathered buffer), so that every kernel sees one array type; one to write
     must be aligned (a payload's body is: its header is a multiple of 8 bytes)."""
-    raw = body[start:start + 4 * count]
-    if raw.ctypes.data % 4:
+    section = body[start:start + 4 * count].view(np.float32)
+    if not section.flags.aligned:  # numpy's own flag: cheaper than asking ctypes for the address
         if writable:
             raise ValueError("an encode's out buffer must be 4-byte aligned")
-        raw = raw.copy()
-    return raw.view(np.float32)
+        section = section.copy()
+    return section
