@@ -138,6 +138,10 @@ def _hooks(name: str, kind: str, steps: int, device: torch.device, rank: int) ->
     return row
 
 
+# The methods a DDP hook runs (an optimizer method, 1-bit Adam, averages in its optimizer's step instead).
+HOOKED = tuple(name for name in compressors.NAMES if not compressors.registry.optimizer_method(name))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="JSON file to write (rank 0)")
@@ -145,11 +149,11 @@ def main() -> None:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma separated, of {', '.join(PARTS)}")
     parser.add_argument("--steps", type=int, default=30, help="training steps per hook run")
-    parser.add_argument("--compressors", default=",".join(compressors.NAMES), help="comma separated")
+    parser.add_argument("--compressors", default=",".join(HOOKED), help="comma separated")
     args = parser.parse_args()
     parts, names = args.parts.split(","), args.compressors.split(",")
-    if any(p not in PARTS for p in parts) or any(n not in compressors.NAMES for n in names):
-        parser.error(f"--parts of {', '.join(PARTS)}; --compressors of {', '.join(compressors.NAMES)}")
+    if any(p not in PARTS for p in parts) or any(n not in HOOKED for n in names):
+        parser.error(f"--parts of {', '.join(PARTS)}; --compressors of {', '.join(HOOKED)}")
     if args.device == "cpu" and args.backend == "nccl":
         parser.error("--device cpu runs over gloo: add --backend gloo")
     if args.device == "cuda":

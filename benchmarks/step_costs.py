@@ -112,17 +112,21 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# The methods a DDP hook runs (an optimizer method, 1-bit Adam, takes Adam's steps itself).
+HOOKED = tuple(name for name in compressors.NAMES if not compressors.registry.optimizer_method(name))
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.step_costs", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", default=None, metavar="PATH", help="save the table and the machine's description here")
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma separated, of {', '.join(MODELS)}")
-    ap.add_argument("--compressors", default=",".join(compressors.NAMES), help="comma separated (default: all)")
+    ap.add_argument("--compressors", default=",".join(HOOKED), help="comma separated (default: all)")
     ap.add_argument("--steps", type=int, default=10, help="training steps per run (their median is reported)")
     ap.add_argument("--size", choices=("full", "small"), default="full")
     record_.add_options(ap)
     args = ap.parse_args(argv)
     args.models = record_.subset(ap, "--models", args.models, MODELS)
-    args.compressors = record_.subset(ap, "--compressors", args.compressors, compressors.NAMES)
+    args.compressors = record_.subset(ap, "--compressors", args.compressors, HOOKED)
     if not 1 <= args.steps <= 1000:
         ap.error(f"--steps: an integer in [1, 1000] expected, got {args.steps}")
     record_.check_options(ap, args)

@@ -73,6 +73,8 @@ class OnebitAdam:
             raise ValueError(f"warmup_steps={warmup_steps} must be >= 1: the variance is frozen at its end")
         adam = torch.optim.AdamW if decoupled else torch.optim.Adam
         self.adam = adam(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        if len(self.adam.param_groups) != 1:  # the steps after the warm-up are one group's
+            raise ValueError(f"OnebitAdam takes one parameter group, got {len(self.adam.param_groups)}")
         self.params: list[torch.nn.Parameter] = [p for g in self.adam.param_groups for p in g["params"]]
         self.reducer, self.warm = reducer, warm
         self.warmup_steps, self.decoupled = warmup_steps, decoupled
@@ -95,7 +97,14 @@ class OnebitAdam:
 
     def step(self) -> None:
         """One step: average, then update (the gradients must be this worker's own)."""
+        for p in self.params:
+            # Every rank averages the same tensors (a parameter one rank's batch left without a gradient
+            # has a zero one), so their collectives match.
+            if p.grad is None and p.requires_grad:
+                p.grad = torch.zeros_like(p)
         with_grads = [(i, p) for i, p in enumerate(self.params) if p.grad is not None]
+        if with_grads and with_grads[0][1].is_cuda:  # what the step queued is compute, not averaging
+            torch.cuda.synchronize(with_grads[0][1].device)
         if self.frozen:
             self._frozen_step(with_grads)
         else:
@@ -152,7 +161,11 @@ class OnebitAdam:
         return {"adam": self.adam.state_dict(), "steps": self.steps, "warmup_steps": self.warmup_steps,
                 "reducer": self.reducer.state_dict(), "warm": self.warm.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any], device: torch.device | str = "cpu") -> None:
+    def load_state_dict(self, state: dict[str, Any], device: torch.device | str | None = None) -> None:
+        """Resume from ``state_dict()``'s output (each rank its own: the residuals are the rank's), the residuals
+        on ``device`` (default: the parameters')."""
+        if device is None:
+            device = self.params[0].device if self.params else "cpu"
         if state["warmup_steps"] != self.warmup_steps:
             raise ValueError(f"state of warmup_steps={state['warmup_steps']} cannot be loaded into "
                              f"warmup_steps={self.warmup_steps}")

@@ -326,6 +326,14 @@ def _precision_problems(settings: dict[str, Any]) -> Iterable[tuple[str, str]]:
         # Each rank's scaler sees only its own gradients: one would skip a step whose exchange the others run.
         yield "precision", (f"with {own} each worker's gradient scaler sees only its own gradients, and the ranks "
                             "could disagree on skipping a step: use precision: bf16 or fp32")
+    compressor = settings["compressor"]
+    codec = registry.COMPRESSORS.get(compressor)
+    keeps = (codec is not None and (codec.needs_error_feedback or codec.owns_momentum)) or (
+        registry.hook_only(compressor) and (settings.get("compressor_params") or {}).get("use_error_feedback", True))
+    if keeps and not own:
+        yield "precision", (f"{compressor} keeps a residual of what it compressed, with fp16 the scaled gradients: a "
+                            "step whose gradients overflow leaves inf - inf in it, NaN in every step after, and each "
+                            "change of scale misweighs it; use precision: bf16")
 
 
 # What to use instead of an impl whose kernels do not run on the trial's device.

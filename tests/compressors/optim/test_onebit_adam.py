@@ -54,13 +54,30 @@ def _warmup_is_adam(rank: int, world: int) -> bool:
     return not onebit.frozen and len(onebit.history) == 6
 
 
-def _guarded_warmup_is_adam(rank: int, world: int) -> tuple:
-    return guard(_warmup_is_adam, rank, world)
+def _compressed_steps_agree(rank: int, world: int) -> bool:
+    """After the warm-up, on different batches, every rank holds the same parameters and momenta."""
+    model = _model()
+    onebit = _onebit(model, warmup_steps=2)
+    before = [p.detach().clone() for p in model.parameters()]
+    for step in range(6):
+        _backward(model, step, rank)
+        onebit.step()
+    mine = torch.cat([t.reshape(-1) for p in model.parameters() for t in (p.detach(), onebit.adam.state[p]["exp_avg"])])
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    moved = all(not torch.equal(p, b) for p, b in zip(model.parameters(), before))
+    return onebit.frozen and moved and all(torch.equal(every[0], other) for other in every[1:])
+
+
+def _two_ranks(rank: int, world: int) -> dict:
+    return {"adam": guard(_warmup_is_adam, rank, world), "agree": guard(_compressed_steps_agree, rank, world)}
 
 
 @pytest.mark.slow
-def test_a_warmup_covering_every_step_is_adam_with_an_fp32_allreduce_on_two_workers():
-    assert all(ok(r, "1-bit Adam's warm-up") for r in run_ranks(2, _guarded_warmup_is_adam))
+def test_on_two_workers_the_warmup_is_adam_with_an_fp32_allreduce_and_compressed_steps_agree():
+    results = run_ranks(2, _two_ranks)
+    assert all(ok(r["adam"], "1-bit Adam's warm-up") for r in results)
+    assert all(ok(r["agree"], "1-bit Adam's compressed steps") for r in results)
 
 
 def test_a_warmup_covering_every_step_is_adam_on_one_worker():
@@ -160,18 +177,35 @@ def test_its_state_resumes_the_next_steps_bit_for_bit():
 
 def test_a_coordinate_without_gradient_in_the_warmup_stays_where_it_is():
     """A key's bias in attention gets no gradient (softmax cancels it): the sign codec would send its zero
-    momentum as +-scale, a step of scale / eps."""
+    momentum as +-scale (the scale of the tensor's other coordinates), a step of scale / eps."""
     model = _model()
-    with torch.no_grad():
-        model[0].bias.requires_grad_(False)
-    last = torch.nn.Parameter(torch.zeros(5))  # a parameter whose gradient is always 0
-    onebit = OnebitAdam([*model.parameters(), last], C.Reducer("scaledsign", min_compress_numel=0),
+    half = torch.nn.Parameter(torch.zeros(6))  # its last three coordinates never get a gradient
+    onebit = OnebitAdam([*model.parameters(), half], C.Reducer("scaledsign", min_compress_numel=0),
                         C.Reducer("fp32"), warmup_steps=2, lr=0.01)
     for step in range(6):
         _backward(model, step)
-        last.grad = torch.zeros(5)
+        half.grad = torch.tensor([0.5, -0.25, 1.0, 0.0, 0.0, 0.0]) * (step + 1)
         onebit.step()
-    assert torch.equal(last, torch.zeros(5)) and not onebit.adam.state[last]["exp_avg"].any()
+    assert torch.equal(half[3:], torch.zeros(3)) and bool(half[:3].ne(0).all())
+    assert not onebit.adam.state[half]["exp_avg"][3:].any()
+
+
+def test_a_parameter_without_a_gradient_on_this_rank_is_averaged_as_zeros():
+    """The ranks must average the same tensors, whichever parameters their batches reached."""
+    model = _model()
+    onebit = _onebit(model, warmup_steps=2)
+    _backward(model, 0)
+    model[2].bias.grad = None
+    onebit.step()
+    assert torch.equal(model[2].bias.grad, torch.zeros(3)) and onebit.history[0].numel == sum(
+        p.numel() for p in model.parameters())
+
+
+def test_one_parameter_group_only():
+    model = _model()
+    groups = [{"params": model[0].parameters()}, {"params": model[2].parameters(), "weight_decay": 0.0}]
+    with pytest.raises(ValueError, match="OnebitAdam takes one parameter group, got 2"):
+        OnebitAdam(groups, C.Reducer("scaledsign"), C.Reducer("fp32"), warmup_steps=2)
 
 
 def test_warmup_steps_default_to_fifteen_percent_of_the_run_rounded_up():

@@ -46,8 +46,10 @@ def test_bf16_autocast_trains_and_the_hook_gets_float32_gradients(monkeypatch):
 
 def test_one_worker_onebit_adam_trains_through_the_loop_with_its_warmup_then_its_codec():
     result = train({**TINY, "compressor": "onebit_adam", "compressor_params": {"warmup_steps": 5},
-                    "optimizer": "adam", "min_compress_numel": 0})
+                    "optimizer": "adam", "lr": 0.01, "min_compress_numel": 0})
     assert result["status"] == "ok" and math.isfinite(result["final"]["test_loss"])
+    # steps 6 to 8, in the second epoch, are compressed: it learns on
+    assert result["history"][1]["train_loss"] < result["history"][0]["train_loss"] - 0.1
 
 
 @pytest.mark.parametrize("given, key, words", [
@@ -56,6 +58,9 @@ def test_one_worker_onebit_adam_trains_through_the_loop_with_its_warmup_then_its
      "with sync diloco each worker's gradient scaler sees only its own gradients"),
     ({"precision": "fp16", "use_gpu": True, "compressor": "onebit_adam", "optimizer": "adam"}, "precision",
      "with onebit_adam each worker's gradient scaler"),
+    ({"precision": "fp16", "use_gpu": True, "compressor": "topk"}, "precision",
+     "topk keeps a residual of what it compressed, with fp16 the scaled gradients"),
+    ({"precision": "fp16", "use_gpu": True, "compressor": "powersgd"}, "precision", "powersgd keeps a residual"),
     ({"compressor": "onebit_adam"}, "optimizer", "onebit_adam takes Adam's steps itself"),
     ({"compressor": "onebit_adam", "optimizer": "adamw", "warmup_epochs": 1, "epochs": 2}, "warmup_epochs",
      "onebit_adam has a warm-up of its own"),
