@@ -125,6 +125,38 @@ def tree_total(sums, levels, depth, count):
     return sums[0]
 
 
+# The leaves of ``tree_sum``: x - shift itself, its magnitude or its square, in float64.
+LEAF_PLAIN, LEAF_ABS, LEAF_SQUARE = 0, 1, 2
+
+
+@njit(**INLINE)
+def _leaf(v, shift, kind):
+    d = np.float64(v) - shift
+    return abs(d) if kind == LEAF_ABS else d * d if kind == LEAF_SQUARE else d
+
+
+@njit(**INLINE)
+def tree_sum(x, shift, kind):
+    """compressors.core.pairwise's tree sum of the leaves of ``x`` (``kind``, of x - ``shift``) in float64:
+    aligned groups of eight leaves summed in registers as ((a+b)+(c+d))+((e+f)+(g+h)) and pushed as one
+    level-3 node, the rest leaf by leaf."""
+    sums = np.empty(TREE_DEPTH, np.float64)
+    levels = np.empty(TREE_DEPTH, np.int64)
+    n = x.size
+    depth = 0
+    i = 0
+    while i + 8 <= n:
+        left = (_leaf(x[i], shift, kind) + _leaf(x[i + 1], shift, kind)) + \
+            (_leaf(x[i + 2], shift, kind) + _leaf(x[i + 3], shift, kind))
+        right = (_leaf(x[i + 4], shift, kind) + _leaf(x[i + 5], shift, kind)) + \
+            (_leaf(x[i + 6], shift, kind) + _leaf(x[i + 7], shift, kind))
+        depth = tree_push(sums, levels, depth, left + right, 3)
+        i += 8
+    for j in range(i, n):
+        depth = tree_push(sums, levels, depth, _leaf(x[j], shift, kind), 0)
+    return tree_total(sums, levels, depth, n)
+
+
 _TILE = 64  # a 64 x 64 float32 tile (16 KiB) stays in L1
 
 

@@ -1,8 +1,7 @@
 """The sign methods (compressors.codecs.signs) on the CPU: one scale per tensor, one bit per entry.
 
-The l1 and l2 scales follow compressors.core.pairwise (a tree over the row, float64): aligned
-groups of eight leaves are summed in registers as ((a+b)+(c+d))+((e+f)+(g+h)) and pushed as
-one level-3 node (common.tree_push), the rest leaf by leaf. Bits: 1 for an entry >= 0,
+The l1 and l2 scales follow compressors.core.pairwise (a tree over the row, float64:
+common.tree_sum). Bits: 1 for an entry >= 0,
 eight entries to a byte, little-endian.
 """
 from __future__ import annotations
@@ -10,32 +9,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .common import F32, INLINE, JIT, TREE_DEPTH, tree_push, tree_total
+from .common import F32, INLINE, JIT, LEAF_ABS, LEAF_SQUARE, tree_sum
 
 SIGN_MAX, L1_MEAN, L2_RMS = 0, 1, 2  # compressors.codecs.signs numbers them alike
-
-
-@njit(**INLINE)
-def _leaf(v, kind):
-    d = np.float64(v)
-    return abs(d) if kind == L1_MEAN else d * d
-
-
-@njit(**INLINE)
-def _tree(x, kind):
-    sums = np.empty(TREE_DEPTH, np.float64)
-    levels = np.empty(TREE_DEPTH, np.int64)
-    n = x.size
-    depth = 0
-    i = 0
-    while i + 8 <= n:
-        left = (_leaf(x[i], kind) + _leaf(x[i + 1], kind)) + (_leaf(x[i + 2], kind) + _leaf(x[i + 3], kind))
-        right = (_leaf(x[i + 4], kind) + _leaf(x[i + 5], kind)) + (_leaf(x[i + 6], kind) + _leaf(x[i + 7], kind))
-        depth = tree_push(sums, levels, depth, left + right, 3)
-        i += 8
-    for j in range(i, n):
-        depth = tree_push(sums, levels, depth, _leaf(x[j], kind), 0)
-    return tree_total(sums, levels, depth, n)
 
 
 @njit(**INLINE)
@@ -63,9 +39,9 @@ def encode(x, kind, scale, packed):
     elif kind == SIGN_MAX:
         scale[0] = _sign_max(x)
     elif kind == L1_MEAN:
-        scale[0] = F32(_tree(x, kind) / np.float64(n))
+        scale[0] = F32(tree_sum(x, 0.0, LEAF_ABS) / np.float64(n))
     else:
-        scale[0] = F32(np.sqrt(_tree(x, kind)) / np.sqrt(np.float64(n)))
+        scale[0] = F32(np.sqrt(tree_sum(x, 0.0, LEAF_SQUARE)) / np.sqrt(np.float64(n)))
     full = n // 8
     for j in range(full):
         byte = 0

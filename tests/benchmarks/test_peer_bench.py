@@ -1,11 +1,9 @@
-"""The peer benchmark: how it refuses to run without GRACE, a run against a stand-in GRACE written here (its
-modules' loading, failures recorded, bytes and errors of each side, the JSON), and, where LOWPREC_GRACE names
-a checkout of sands-lab/grace, the real one at a small size. Values and structure only, never a time."""
+"""The peer benchmark: how it refuses to run without GRACE, and a run against a stand-in GRACE written here (its
+modules' loading, failures recorded, bytes and errors of each side, the JSON). Values and structure only, never
+a time."""
 from __future__ import annotations
 
 import json
-import math
-import os
 import sys
 import textwrap
 from pathlib import Path
@@ -146,36 +144,3 @@ def test_a_run_against_a_stand_in_records_each_side_and_what_did_not_run(
     assert not [m for m in sys.modules if m.split(".")[0] == "grace_dl"] and str(grace.resolve()) not in sys.path
     assert torch.equal(torch.get_rng_state(), rng) and peer_bench.PEER_SEED != peer_bench.SEED
 
-
-GRACE = os.environ.get("LOWPREC_GRACE")
-
-
-@pytest.mark.skipif(not GRACE, reason="no GRACE checkout: set LOWPREC_GRACE to a clone of "
-                                      "https://github.com/sands-lab/grace")
-def test_the_real_grace_sends_what_its_code_says_and_errs_like_ours(tmp_path: Path) -> None:
-    n, rows_, cols = 64 * 128, 64, 128
-    k = 64  # pi = 1/128: ceil (ours) and floor (GRACE) agree
-    out = tmp_path / "peers.json"
-    assert peer_bench.main(["--grace", GRACE, "--shape", f"{rows_},{cols}", "--repeats", "1", "--pi", "0.0078125",
-                            "--out", str(out)]) == 0
-    rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
-    assert list(rows) == list(peer_bench.KEYS)
-    ours = {"fp16": HEADER_2D + 2 * n, "fp16-torch": HEADER_2D + 2 * n, "qsgd": HEADER_2D + 4 + n,
-            "onebit": HEADER_2D + 8 * cols + n // 8, "onebit-1d": 48 + 8 + n // 8, "topk": HEADER_2D + 8 * k,
-            "randomk": HEADER_2D + 4 + 4 * k, "signsgd": HEADER_2D + 4 + n // 8, "efsignsgd": HEADER_2D + 4 + n // 8,
-            "terngrad-clip": HEADER_2D + 4 + n // 4, "terngrad": HEADER_2D + 4 + n // 4,
-            "natural": HEADER_2D + n + n // 8, "dgc": HEADER_2D + 8 * k}
-    peer = {"fp16": 2 * n, "fp16-torch": 2 * n, "qsgd": n + 4, "onebit": n + 8, "onebit-1d": n + 8, "topk": 12 * k,
-            "randomk": 4 * k, "signsgd": n, "efsignsgd": n + 4, "terngrad-clip": n + 4, "terngrad": n + 4}
-    assert {key: r["ours_nbytes"] for key, r in rows.items()} == ours
-    assert {key: r["peer_nbytes"] for key, r in rows.items() if key in peer} == peer
-    assert rows["dgc"]["peer_nbytes"] % 12 == 0 and rows["dgc"]["peer_nbytes"] > 0
-    assert "peer_error" in rows["natural"]  # CuPy and a CUDA tensor: never on the CPU
-    assert not [key for key, r in rows.items() if "ours_error" in r or ("peer_error" in r and key != "natural")]
-    # the same values back where both are deterministic and mean the same
-    for key in ("fp16", "topk", "signsgd"):
-        assert rows[key]["ours_rel_error"] == rows[key]["peer_rel_error"], key
-    for key, rel in (("onebit-1d", 1e-5), ("efsignsgd", 1e-5), ("qsgd", 0.05), ("terngrad-clip", 0.05),
-                     ("randomk", 0.01)):
-        assert rows[key]["ours_rel_error"] == pytest.approx(rows[key]["peer_rel_error"], rel=rel), key
-    assert all(math.isfinite(r["ours_rel_error"]) for r in rows.values())
