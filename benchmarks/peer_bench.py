@@ -125,9 +125,9 @@ def methods(pi: float) -> list[Method]:
                "(floor), torch.topk unsorted, int64 indices (12 bytes an entry sent)."),
         Method("randomk", f"randomk pi={pi:g}", "randomk", {"pi": pi}, f"grace RandomKCompressor({pi:g})",
                "randomk", "RandomKCompressor", (pi,),
-               "pi = GRACE's compress_ratio; neither sends indices, both send the values unscaled. Ours: the k = "
-               "ceil(pi n) largest counter-hash draws, the 32-bit key in the body (4 + 4k bytes), and the decoder "
-               "draws the choice again; GRACE: torch.manual_seed(hash of name and step) (its global generator), "
+               "pi = GRACE's compress_ratio; neither sends indices, both send the values unscaled. Ours: the first "
+               "k = ceil(pi n) of a keyed permutation (a Feistel network on the counter hash), the 32-bit key in the "
+               "body (4 + 4k bytes), and the decoder draws the k indices again; GRACE: torch.manual_seed(hash of name and step) (its global generator), "
                "randperm(n)[:k] with k = int(n ratio), 4k bytes, and its decompress takes the indices from the "
                "sender's ctx (every rank drew the same), so its decode draws nothing."),
         Method("signsgd", "signsgd", "signsgd", {}, "grace SignSGDCompressor", "signsgd", "SignSGDCompressor", (),

@@ -5,13 +5,13 @@ Memory", NeurIPS 2018, rand_k; GRACE's ``grace_dl/torch/compressor/randomk.py``)
 the method is Stich et al.'s, biased and made to converge by the residual memory (error
 feedback), not the ``n / k`` rescaled unbiased variant.
 
-The choice: every entry draws ``u_i`` from the counter hash of (seed, step, rank, stream,
-i) (compressors/core/rng.py) and the ``k`` largest ``u_i`` are taken, ties by lowest index
-(``sparse.select_largest``): a uniformly random k-subset up to the hash's 24-bit ties. As
-GRACE does with its shared seed, no indices travel: the body holds the 32-bit stream key,
-and the decoder draws the same ``u`` and makes the same choice, so any body decodes (a
-changed key is another valid choice) and there is nothing to check. The values go in
-ascending index order.
+The choice: the first ``k`` of a keyed permutation of 0..n-1 under the counter hash's
+key of (seed, step, rank, stream) (``rng.permuted``: a Feistel network walked in cycles),
+a uniformly random k-subset as far as the network is a random permutation. As GRACE does
+with its shared seed, no indices travel: the body holds the 32-bit stream key, and the
+decoder draws the same k indices (k hashes, not n), so any body decodes (a changed key is
+another valid choice) and there is nothing to check. The values go in draw order: value j
+is the entry at the permutation's j-th index.
 
 Body: the key (uint32), then ``k`` float32 values (``4 + 4k`` bytes).
 """
@@ -23,12 +23,16 @@ import torch
 from ..core import rng, wire
 from ..core.base import Compressor, numel
 from ..core.params import Param
-from .topk import PI_EXAMPLES, count_sent, select_largest
+from .topk import PI_EXAMPLES, count_sent
 
 
 def chosen(key: int, n: int, k: int, device: torch.device) -> torch.Tensor:
-    """Ascending indices of the ``k`` of ``n`` entries that the stream ``key`` chooses."""
-    return select_largest(rng.uniform(key, n, device), k)
+    """The indices of the ``k`` of ``n`` entries that the stream ``key`` chooses, in draw order."""
+    return torch.from_numpy(rng.permuted(key, n, k)).to(device)
+
+
+def _round_keys(key: int) -> np.ndarray:
+    return np.array(rng.round_keys(key), np.uint32)
 
 
 class RandomK(Compressor):
@@ -72,7 +76,7 @@ class RandomK(Compressor):
         key = rng.stream_key(self.seed, step, rank, stream)
         section = f32_section(body, 0, 1 + k, writable=True)
         section.view(np.uint32)[0] = key
-        kernels.encode(flat, key, section[1:])
+        kernels.encode(flat, _round_keys(key), rng.permutation_half_bits(flat.size), section[1:])
 
     def _decode_numba(self, body: np.ndarray, shape: tuple[int, ...], out: np.ndarray, add: bool) -> None:
         from ..kernels import randomk as kernels
@@ -80,19 +84,19 @@ class RandomK(Compressor):
 
         k = count_sent(self.pi, out.size)
         section = f32_section(body, 0, 1 + k)
-        kernels.decode(int(section.view(np.uint32)[0]), section[1:], out, add)
+        if not add:
+            out.fill(0.0)
+        kernels.decode(_round_keys(int(section.view(np.uint32)[0])), rng.permutation_half_bits(out.size),
+                       section[1:], out, add)
 
     def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:
         n = flat.size
         count = count_sent(self.pi, n)
         words = k.section(body, 0, 1 + count, np.uint32, writable=True)
         key = np.uint32(rng.stream_key(self.seed, step, rank, stream))
-        if count == 0:  # an empty tensor's body is its key alone, which randomk_place writes
-            k("randomk_place", 1, key, np.int32(0), words[:1], np.int64(0), k.zeros(5, np.int64),
-              k.zeros(2, np.int64), np.int32(0), flat, words[1:].view(np.float32), flat, np.int32(0))
-            return
-        _place_cuda(k, key, np.int32(0), words[:1], n, count, np.int32(0), flat, words[1:].view(np.float32),
-                    flat, np.int32(0))
+        # one block at least: its first thread writes the key (an empty tensor's body is the key alone)
+        k("randomk_encode", k.grid(count), key, np.int64(n), np.int64(count), np.int32(rng.permutation_half_bits(n)),
+          flat, words[:1], words[1:].view(np.float32))
 
     def _decode_cuda(self, k, body, shape, out, add) -> None:
         n = out.size
@@ -101,27 +105,9 @@ class RandomK(Compressor):
             return
         # The key stays on the device (read by the kernels): no synchronisation with the host.
         words = k.section(body, 0, 1 + count, np.uint32)
-        _place_cuda(k, np.uint32(0), np.int32(1), words[:1], n, count, np.int32(1), out,
-                    words[1:].view(np.float32), out, np.int32(add))
-
-
-_CUDA_TILE = 8192  # compressors/cuda/randomk.cu's RANDOMK_TILE: indices a block ranks at a time
-_CUDA_BINS = 4096
-
-
-def _place_cuda(k, key, from_body, keyp, n, count, mode, x, values, out, add) -> None:
-    """The choice on the GPU (compressors/cuda/randomk.cu): the two histograms and thresholds, the
-    per-tile counts and their scan, then ``mode`` 0 (values = x at the chosen entries, the key into
-    ``keyp``) or 1 (out (+)= the values at the chosen entries, +0.0 elsewhere)."""
-    state = k.zeros(5, np.int64)
-    for stage in (0, 1):
-        hist = k.zeros(_CUDA_BINS, np.uint32)
-        k("randomk_histogram", k.grid(n), key, from_body, keyp, np.int64(n), np.int32(stage), state, hist)
-        k("randomk_find", 1, hist, np.int64(count), np.int32(stage), state)
-    tiles = -(-n // _CUDA_TILE)
-    counts = k.empty(2 * tiles, np.uint32)
-    k("randomk_count", k.grid(tiles, 1), key, from_body, keyp, np.int64(n), state, counts)
-    offsets = k.empty(2 * tiles, np.int64)
-    k("randomk_scan", 1, counts, np.int64(tiles), offsets)
-    k("randomk_place", k.grid(tiles, 1), key, from_body, keyp, np.int64(n), state, offsets, mode, x, values,
-      out, add)
+        idx = k.empty(count, np.int64)
+        old = k.empty(count, np.float32)
+        half = np.int32(rng.permutation_half_bits(n))
+        k("randomk_take", k.grid(count), words[:1], np.int64(n), np.int64(count), half, out, np.int32(add), idx, old)
+        k("randomk_clear", k.grid(n), np.int64(n), np.int32(add), out)
+        k("randomk_put", k.grid(count), np.int64(count), idx, old, words[1:].view(np.float32), np.int32(add), out)

@@ -3,8 +3,8 @@
 The choice is exact and deterministic: every entry above the k-th largest
 magnitude, then ties at that magnitude by ascending index. NaN counts as the
 largest magnitude, so a NaN entry is always sent and poisons what it touches
-instead of vanishing. ``count_sent`` and ``select_largest`` are shared with
-adaptive and randomk.
+instead of vanishing. ``count_sent`` is shared with adaptive and randomk,
+``select_largest`` with adaptive.
 
 With Numba, ``decode(out=..., add=True)`` adds at the sent entries only; the
 reference adds a dense decode, which turns a ``-0.0`` already in ``out`` at an

@@ -5,6 +5,14 @@ payload depends only on its inputs and every backend (this torch/numpy code,
 the CUDA kernels) draws the same numbers.  The element hash is
 ``fmix32(index * 0x9E3779B1 ^ key)`` (MurmurHash3's finaliser) and the
 uniform is its top 24 bits times 2**-24, exact in float32, in [0, 1).
+
+A sample of k distinct indices of n (random-k's choice) is the first k of a
+keyed permutation of 0..n-1 (``permuted``): a 4-round Feistel network on
+2h-bit integers (the smallest h >= 1 with 4**h >= n), whose round function is
+the element hash above under a key per round, walked in cycles until it lands
+below n (Black and Rogaway's cycle walking). A permutation, so the k indices
+are distinct without a check, each computed on its own (k hashes, not n), and
+below 4n, so a walk takes under four rounds of the network on average.
 """
 from __future__ import annotations
 
@@ -49,6 +57,54 @@ def _mixed(part: int) -> int:
     return fmix32((part & _M32) + GOLDEN)
 
 
+PERMUTATION_ROUNDS = 4
+
+
+def permutation_half_bits(n: int) -> int:
+    """h of ``permuted``'s network: the smallest h >= 1 with 4**h >= n."""
+    return max(1, -(-(max(n, 1) - 1).bit_length() // 2))
+
+
+def round_keys(key: int) -> list[int]:
+    """The network's key of each round: fmix32(key + (round + 1) * GOLDEN)."""
+    return [fmix32((key + (r + 1) * GOLDEN) & _M32) for r in range(PERMUTATION_ROUNDS)]
+
+
+def permuted(key: int, n: int, count: int) -> np.ndarray:
+    """The first ``count`` of the keyed permutation of ``0..n-1`` (int64): ``permute(j)`` for
+    ``j < count``, each walked until below ``n``."""
+    if count == 0:
+        return np.zeros(0, np.int64)
+    half = permutation_half_bits(n)
+    keys = [np.uint32(k) for k in round_keys(key)]
+    x = _feistel(np.arange(count, dtype=np.uint32), half, keys)
+    out = x >= n
+    while out.any():
+        x[out] = _feistel(x[out], half, keys)
+        out = x >= n
+    return x.astype(np.int64)
+
+
+def _feistel(x: np.ndarray, half: int, keys: list[np.uint32]) -> np.ndarray:
+    mask = np.uint32((1 << half) - 1)
+    left, right = x >> np.uint32(half), x & mask
+    for k in keys:
+        left, right = right, left ^ (_hash_numpy(right, k) & mask)
+    return (left << np.uint32(half)) | right
+
+
+def _hash_numpy(index: np.ndarray, key: np.uint32) -> np.ndarray:
+    """fmix32(index * GOLDEN ^ key) of each uint32 index (uint32 arithmetic wraps in numpy)."""
+    x = index * np.uint32(GOLDEN)
+    x ^= key
+    x ^= x >> np.uint32(16)
+    x *= np.uint32(FMIX1)
+    x ^= x >> np.uint32(13)
+    x *= np.uint32(FMIX2)
+    x ^= x >> np.uint32(16)
+    return x
+
+
 def uniform(key: int, n: int, device: torch.device, start: int = 0) -> torch.Tensor:
     """``n`` float32 uniforms for element indices ``start..start+n-1`` under ``key``."""
     if torch.device(device).type == "cpu":
@@ -59,15 +115,8 @@ def uniform(key: int, n: int, device: torch.device, start: int = 0) -> torch.Ten
 def _uniform_numpy(key: int, n: int, start: int = 0) -> np.ndarray:
     # numpy's uint32 arithmetic wraps by definition and is ~4x faster than
     # emulating it with torch int32 on the CPU.
-    x = np.arange(start, start + n, dtype=np.uint32)
-    x *= np.uint32(GOLDEN)
-    x ^= np.uint32(key)
-    x ^= x >> 16
-    x *= np.uint32(FMIX1)
-    x ^= x >> 13
-    x *= np.uint32(FMIX2)
-    x ^= x >> 16
-    x >>= 8
+    x = _hash_numpy(np.arange(start, start + n, dtype=np.uint32), np.uint32(key))
+    x >>= np.uint32(8)
     return x.astype(np.float32) * np.float32(2.0**-24)
 
 

@@ -13,8 +13,8 @@ typedef long long i64;
 #define LP_WARPS (LP_THREADS / 32)
 #define LP_FULL 0xffffffffu
 
-// compressors.core.rng.uniform of one element: fmix32(index * GOLDEN ^ key) >> 8, times 2**-24.
-__device__ __forceinline__ float lp_uniform(u32 key, u32 index) {
+// compressors.core.rng's counter hash: fmix32(index * GOLDEN ^ key).
+__device__ __forceinline__ u32 lp_hash(u32 key, u32 index) {
     u32 x = index * 0x9E3779B1u;
     x ^= key;
     x ^= x >> 16;
@@ -22,7 +22,12 @@ __device__ __forceinline__ float lp_uniform(u32 key, u32 index) {
     x ^= x >> 13;
     x *= 0xC2B2AE35u;
     x ^= x >> 16;
-    return (float)(x >> 8) * 5.9604644775390625e-08f;  // 2**-24: exact
+    return x;
+}
+
+// compressors.core.rng.uniform of one element: lp_hash >> 8, times 2**-24.
+__device__ __forceinline__ float lp_uniform(u32 key, u32 index) {
+    return (float)(lp_hash(key, index) >> 8) * 5.9604644775390625e-08f;  // 2**-24: exact
 }
 
 // |x|'s bits: an integer max over them is torch.amax(|x|), a NaN (whose bits exceed inf's) winning.

@@ -60,8 +60,8 @@ def mul32(typingctx, a, b):
 
 
 @njit(**INLINE)
-def uniform(key, index):
-    """compressors.core.rng.uniform of one element: fmix32(index * GOLDEN ^ key) >> 8, times 2**-24.
+def hash32(key, index):
+    """The counter hash of compressors.core.rng: fmix32(index * GOLDEN ^ key), uint32.
 
     In 32-bit steps throughout (mul32, shr32), so that the loops calling it vectorise over 8 lanes."""
     x = U32(mul32(U32(index), _GOLDEN) ^ U32(key))
@@ -69,7 +69,13 @@ def uniform(key, index):
     x = mul32(x, _FMIX1)
     x = U32(x ^ shr32(x, U32(13)))
     x = mul32(x, _FMIX2)
-    x = U32(x ^ shr32(x, U32(16)))
+    return U32(x ^ shr32(x, U32(16)))
+
+
+@njit(**INLINE)
+def uniform(key, index):
+    """compressors.core.rng.uniform of one element: hash32(key, index) >> 8, times 2**-24."""
+    x = hash32(key, index)
     # through int32: exact below 2**24, and one vector instruction (uint32 to float has none on AVX2)
     return F32(np.int32(shr32(x, U32(8)))) * F32(2.0 ** -24)
 

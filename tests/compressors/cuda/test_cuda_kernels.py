@@ -181,7 +181,8 @@ def _paths_beyond_the_examples() -> list:
         ("onebit", {"grouping": "row"}, torch.randn(3, 4100, generator=g)),  # rows over a tile
         ("onebit", {"grouping": "row"}, torch.full((4, 64), -0.0)),  # a power-of-two row of -0.0: mean -0.0
         ("onebit", {}, torch.randn(4100, 3, generator=g)),
-        ("randomk", {"pi": 0.37, "seed": 660}, torch.randn(40_000, generator=g)),  # draws tie at the threshold
+        ("randomk", {"pi": 0.37, "seed": 660}, torch.randn(40_000, generator=g)),  # indices walked past n
+        ("randomk", {"pi": 1.0}, torch.full((5,), -0.0)),  # every entry, a walk on 16 values
         ("adaptive", {}, octaves),  # one group whose partial sums round: the serial chain
         ("adaptive", {"pi": 0.1, "grouping": "row"}, octaves.view(20, 1000)),
         ("adaptive", {"threshold": "sampled"}, special),  # NaN and +-inf inside groups
