@@ -14,9 +14,10 @@ quantize per output unit (our ``row``). Torch's weight is (out, in), so
 ``column`` groups the columns of the
 2-D view of ``wire.matrix_shape`` (for a conv weight, of (out, in*kh*kw)),
 as the papers do; ``row`` groups its rows (per output unit). 0-D and 1-D
-tensors are one group either way. A column is not contiguous: both
-implementations encode the transposed copy, whose rows are the groups, so
-the bits follow the groups, not the input's order.
+tensors are one group either way. A column is not contiguous: the bits
+follow the groups, not the input's order (the reference encodes the
+transposed copy, whose rows are the groups; the Numba kernel reads the
+columns in place where each group's bits start on a byte).
 
 Body: ``groups`` float32 positive means, ``groups`` float32 negative means,
 then ``ceil(n / 8)`` bytes of bits (little-endian, group after group).
@@ -146,9 +147,12 @@ class OneBit(Compressor):
         from ..kernels.common import f32_section
 
         rows, cols = group_shape(shape, self.grouping)
-        kernels.encode(to_groups_numpy(flat, shape, self.grouping), rows, cols,
-                       f32_section(body, 0, rows, writable=True), f32_section(body, 4 * rows, rows, writable=True),
-                       body[8 * rows:])
+        means = (f32_section(body, 0, rows, writable=True), f32_section(body, 4 * rows, rows, writable=True))
+        if transposes(shape, self.grouping) and cols % 8 == 0:
+            # Each group's bits start on a byte: read the columns in place, no transposed copy.
+            kernels.encode_columns(flat, cols, rows, *means, body[8 * rows:])
+        else:
+            kernels.encode(to_groups_numpy(flat, shape, self.grouping), rows, cols, *means, body[8 * rows:])
 
     def _decode_numba(self, body, shape, out, add):
         from ..kernels import onebit as kernels

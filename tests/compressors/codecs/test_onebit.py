@@ -103,7 +103,9 @@ def test_onebit_groups_are_transposes_of_each_other(grouping):
 
 
 @pytest.mark.parametrize("grouping", GROUPINGS)
-@pytest.mark.parametrize("shape", [(257, 130), (64, 33, 3, 3), (5, 3000)], ids=str)
+# Columns of 257 and 5 go through the transposed copy; of 64, 40 and 136 (multiples of 8: 8, 5, 17 blocks of
+# 8 rows, the last two padded to a power of two) through the kernel that reads them in place.
+@pytest.mark.parametrize("shape", [(257, 130), (64, 33, 3, 3), (5, 3000), (40, 33), (136, 17)], ids=str)
 def test_onebit_implementations_agree_bit_for_bit(shape, grouping):
     pytest.importorskip("numba")
     x = randn(*shape, seed=6)
@@ -115,3 +117,16 @@ def test_onebit_implementations_agree_bit_for_bit(shape, grouping):
     ref.decode(payload, out=total_ref, add=True)
     nb.decode(payload, out=total_nb, add=True)
     assert torch.equal(total_ref, total_nb)
+
+
+@pytest.mark.parametrize("rows", [64, 40])
+def test_onebit_columns_of_negative_zeros_keep_the_trees_sign(rows):
+    # -0.0 is on the positive side; a column of 2**k of them sums to -0.0 (mean -0.0), a padded one to +0.0
+    pytest.importorskip("numba")
+    x = randn(rows, 24, seed=3)
+    x[:, 5] = -0.0
+    ref, nb = C.get("onebit", impl="reference"), C.get("onebit", impl="numba")
+    payload = ref.encode(x)
+    assert torch.equal(payload, nb.encode(x))
+    mean_pos = payload[-(8 * 24 + rows * 24 // 8):][:4 * 24].view(torch.float32)
+    assert torch.signbit(mean_pos[5]).item() is (rows == 64)
