@@ -39,8 +39,10 @@ def _heading(values: Mapping[str, Any]) -> str:
     """The line above predict's table: the cluster, as the options were given."""
     n, g = values["num_workers"], values["workers_per_host"]
     hosts = "" if g == 1 else f" ({n // g} hosts x {g}, {values['intra_bandwidth']} inside one)"
+    slowed = f" (device work {1 + values['overlap_slowdown']:g}x as long beside it)" if values["overlap_slowdown"] else ""
     return (f"{n} workers{hosts}, {values['bandwidth']} links, {values['latency']} latency, overlap "
-            f"{str(values['overlap']).lower()}, compute x{values['compute_scale']:g} (orchestrator.predict.perfmodel)")
+            f"{str(values['overlap']).lower()}{slowed}, compute x{values['compute_scale']:g} "
+            "(orchestrator.predict.perfmodel)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
                                          options.latency_s(values["latency"]), overlap=values["overlap"],
                                          compute_scale=values["compute_scale"],
                                          workers_per_host=values["workers_per_host"],
-                                         intra_bandwidth_bps=rate_bps(values["intra_bandwidth"]))
+                                         intra_bandwidth_bps=rate_bps(values["intra_bandwidth"]),
+                                         overlap_slowdown=values["overlap_slowdown"])
     except (OSError, ValueError) as error:  # OSError: the model's data could not be read here
         print(f"error: {error}", file=sys.stderr)
         return 1

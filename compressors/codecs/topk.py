@@ -106,9 +106,13 @@ class TopK(Compressor):
         from ..kernels.common import f32_section
 
         k = count_sent(self.pi, out.size)
-        status = kernels.topk_decode(f32_section(body, 0, k), f32_section(body, 4 * k, k).view(np.int32), out, add)
-        if status:
+        idx = f32_section(body, 4 * k, k).view(np.int32)
+        status = kernels.topk_check(idx, out.size)
+        if status:  # before out is touched: a refused payload leaves it as it was
             raise wire.PayloadError(TOPK_ERRORS[status - 1].format(n=out.size))
+        if not add:
+            out.fill(0.0)
+        kernels.topk_scatter(f32_section(body, 0, k), idx, out, add)
 
     def _encode_cuda(self, k, flat, body, shape, *, step, rank, stream) -> None:
         count = count_sent(self.pi, flat.size)

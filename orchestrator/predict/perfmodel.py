@@ -37,6 +37,10 @@ with overlap f_i = max(f_{i-1}, t_i + e_i) + c_i, T = T_fwd + max(T_bwd, f_K + d
 the encodes and decodes on the compute device (contended: backward grows by them, and each t_i by
 the encodes and earlier buckets' decodes before it); without,
 T = T_fwd + T_bwd + sum(e_i + c_i + d_i) + T_opt.
+
+With a ``slowdown`` s > 0 (``step_time``), the device's work runs 1 + s times longer while a bucket's
+communication is in flight beside it (on a GPU, communication kernels and copies take SMs and memory
+bandwidth from backward); s = 0 is the timeline above, bit for bit.
 """
 from __future__ import annotations
 
@@ -152,11 +156,16 @@ class Bucket:
     decode_s: float
 
 
-def step_time(fwd_s: float, bwd_s: float, opt_s: float, buckets: list[Bucket], overlap: bool) -> float:
+def step_time(fwd_s: float, bwd_s: float, opt_s: float, buckets: list[Bucket], overlap: bool,
+              slowdown: float = 0.0) -> float:
     """Predicted step time. ``buckets`` in the order they become ready (DDP's: reverse parameters);
-    ``overlap``: communication runs beside backward (else each bucket's runs to completion in turn)."""
+    ``overlap``: communication runs beside backward (else each bucket's runs to completion in turn).
+    ``slowdown``: how much longer the device's work takes while communication runs beside it (0.1: a
+    tenth longer; a GPU's communication kernels and copies take SMs and memory bandwidth from backward)."""
     if not overlap:
         return fwd_s + bwd_s + sum(b.encode_s + b.comm_s + b.decode_s for b in buckets) + opt_s
+    if slowdown > 0:
+        return _slowed_step_time(fwd_s, bwd_s, opt_s, buckets, slowdown)
     # Encodes and decodes run on the compute device: each delays the rest of backward and every later
     # bucket (an earlier bucket's decode is taken to run before the next bucket is ready: exact when its
     # communication is short, and where it is long the later buckets' finish, not backward, sets the pace).
@@ -167,6 +176,37 @@ def step_time(fwd_s: float, bwd_s: float, opt_s: float, buckets: list[Bucket], o
         decode = b.decode_s
     # the last bucket's decode ends the step
     return fwd_s + max(bwd_s + shift, finish + decode) + opt_s
+
+
+def _slowed_step_time(fwd_s: float, bwd_s: float, opt_s: float, buckets: list[Bucket], slowdown: float) -> float:
+    """``step_time`` with overlap where the device's work (backward, encodes, decodes) runs 1 + ``slowdown``
+    times longer while communication is in flight. The times of ``buckets`` are the device's work: a
+    bucket is ready when backward's work (with the encodes and earlier decodes before it) reaches its
+    ready point. Once a bucket's communication is scheduled the link is busy from now until it ends
+    (the buckets queue on it), so the work advances at 1 / (1 + slowdown) up to that end, then at 1."""
+    wall, work, busy_until = 0.0, 0.0, 0.0
+
+    def advance(to_work: float) -> float:
+        nonlocal wall, work
+        if wall < busy_until:  # the slowed stretch first
+            slowed = (busy_until - wall) / (1 + slowdown)
+            if to_work - work <= slowed:
+                wall += (to_work - work) * (1 + slowdown)
+                work = to_work
+                return wall
+            wall, work = busy_until, work + slowed
+        wall += to_work - work
+        work = to_work
+        return wall
+
+    shift, decode = 0.0, 0.0
+    for b in buckets:
+        shift += decode + b.encode_s
+        ready = advance(max(work, b.ready_s + shift))
+        busy_until = max(busy_until, ready) + b.comm_s
+        decode = b.decode_s
+    backward_end = advance(max(work, bwd_s + shift))
+    return fwd_s + max(backward_end, busy_until + decode) + opt_s
 
 
 def speedup_bound(baseline_step_s: float, compute_s: float) -> float:

@@ -122,13 +122,14 @@ def plan(config: Configuration, prof: Profile, compute_s: float, p: int, overlap
 
 
 def predict_step(step: Plan, cluster: perfmodel.Cluster, reduction_rate: float,
-                 latency_s: float | None = None) -> dict[str, float]:
+                 latency_s: float | None = None, slowdown: float = 0.0) -> dict[str, float]:
     """Predicted step of a planned configuration on ``cluster`` (the shape it was planned for), its sums at
     ``reduction_rate`` (bytes of one operand per second); ``messages``: how many latencies it pays.
     ``latency_s``: where hosts share one machine's cores, the latency per message under that load (its peers
     take each message late). On links of each worker's own it is the links' latency; where the workers of a
     host share its link, one worker's waits overlap the bytes the others send, and a bucket's communication
-    takes the longer of its time on ``cluster`` and its messages' waits."""
+    takes the longer of its time on ``cluster`` and its messages' waits. ``slowdown``: how much longer the
+    device's work takes while communication overlaps it (``perfmodel.step_time``)."""
     # messages in turn: the communication at a latency of 1 s and no time per byte, on either link
     counting = perfmodel.Link(math.inf, 1.0)
     counts = [comm_s(traffic, replace(cluster, inter=counting, intra=counting), math.inf)
@@ -146,7 +147,7 @@ def predict_step(step: Plan, cluster: perfmodel.Cluster, reduction_rate: float,
 
     buckets = [perfmodel.Bucket(ready, enc, comm(traffic, n), dec)
                for (ready, enc, dec, traffic), n in zip(step.buckets, counts)]
-    time_s = perfmodel.step_time(step.fwd_s, step.bwd_s, step.opt_s, buckets, step.overlap)
+    time_s = perfmodel.step_time(step.fwd_s, step.bwd_s, step.opt_s, buckets, step.overlap, slowdown)
     return {"predicted_step_time_s": time_s, "compute_s": step.fwd_s + step.bwd_s + step.opt_s,
             "comm_s": sum(b.comm_s for b in buckets), "encode_s": step.encode_s, "decode_s": step.decode_s,
             "messages": sum(counts)}

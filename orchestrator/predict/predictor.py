@@ -54,7 +54,7 @@ from .trials import (Configuration, Key, baseline, config_name, configurations, 
 
 DEFAULT_INTRA_BPS = rate_bps(option("intra_bandwidth").param.default)
 COLUMNS = ["configuration", "compressor", "algorithm", "num_workers", "workers_per_host", "bandwidth_bps",
-           "intra_bandwidth_bps", "latency_s", "overlap", "compute_scale", "predicted_step_time_s", "compute_s",
+           "intra_bandwidth_bps", "latency_s", "overlap", "compute_scale", "overlap_slowdown", "predicted_step_time_s", "compute_s",
            "comm_s", "encode_s", "decode_s", "speedup_vs_fp32", "speedup_vs_16bit", "steps_ratio_vs_fp32",
            "tta_speedup_vs_fp32", "tta_speedup_lo", "tta_speedup_hi", "accuracy_delta_points", "reached_target",
            "break_even_bps", "speedup_bound"]
@@ -115,13 +115,15 @@ def _study(results: Path) -> _Study:
 
 def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: float, overlap: bool = True,
             compute_scale: float = 1.0, prof: Profile | None = None, workers_per_host: int = 1,
-            intra_bandwidth_bps: float = DEFAULT_INTRA_BPS) -> tuple[pd.DataFrame, list[str]]:
+            intra_bandwidth_bps: float = DEFAULT_INTRA_BPS, overlap_slowdown: float = 0.0
+            ) -> tuple[pd.DataFrame, list[str]]:
     """Every predictable configuration of ``results`` on ``num_workers`` workers, ``workers_per_host`` on each
     host (``plan.cluster``), with links of ``bandwidth_bps`` bits/s and ``latency_s`` between hosts and of
     ``intra_bandwidth_bps`` inside one; with several workers per host, each sra configuration with the
     hierarchical algorithm too (a row of its own). The notes (one line each) say what was skipped and why,
     where the steps to the target are unknown, and where the measured inputs were cached. ``prof``: the
-    model's step profile (default: ``measure.measured``'s)."""
+    model's step profile (default: ``measure.measured``'s). ``overlap_slowdown``: how much longer the device's
+    work takes while communication overlaps it (``perfmodel.step_time``)."""
     target = cluster(num_workers, workers_per_host, bandwidth_bps, latency_s, intra_bandwidth_bps)
     study = _study(results)
     prof, rate, cache_notes = measure.measured(results, study.fp32.settings, prof)
@@ -133,11 +135,12 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
                          workers_per_host) for c, _ in predicted}
 
     def step_at(config: Configuration, bps: float) -> dict[str, float]:
-        return predict_step(plans[config.key], replace(target, inter=perfmodel.Link(bps / 8, latency_s)), rate)
+        return predict_step(plans[config.key], replace(target, inter=perfmodel.Link(bps / 8, latency_s)), rate,
+                            slowdown=overlap_slowdown)
 
     fixed = {"num_workers": num_workers, "workers_per_host": workers_per_host, "bandwidth_bps": bandwidth_bps,
              "intra_bandwidth_bps": intra_bandwidth_bps, "latency_s": latency_s, "overlap": overlap,
-             "compute_scale": compute_scale}
+             "compute_scale": compute_scale, "overlap_slowdown": overlap_slowdown}
     rows = _rows(study, predicted, step_at, fixed)
     notes = study.notes + _outcome_notes(study)
     if len(predicted) > len(study.configs):
