@@ -18,8 +18,14 @@ def add_parsers(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
 
     for command, text in COMMANDS.items():
         sub = add_parser(command, help=text, description=text)
-        sub.add_argument("results", type=Path, help="a results folder of lowprec run")
-        options.add_arguments(sub, command)
+        if command == "predict":  # or from a step time, without a folder (orchestrator.predict.from_step)
+            sub.add_argument("results", type=Path, nargs="?", help="a results folder of lowprec run; without "
+                             "one, predict from --model, --input_shape, --batch_size and --step_time")
+            options.add_arguments(sub, command)
+            options.add_step_arguments(sub)
+        else:
+            sub.add_argument("results", type=Path, help="a results folder of lowprec run")
+            options.add_arguments(sub, command)
 
 
 def _usage(message: str) -> int:
@@ -54,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
     from .study.records import read_records, write_atomic
 
     values = options.values(args)
+    if args.command == "predict" and args.results is None:
+        return _run_from_step(args, values)
+    given = [opt.param.name for opt in options.STEP_OPTIONS if getattr(args, opt.param.name, None) is not None]
+    if given:
+        return _usage(f"--{given[0]} is for a prediction from a step time, without a results folder; "
+                      f"{args.results} is one")
     problem = options.problems(values) or _folder_problem(args.results)
     if problem:
         return _usage(problem)
@@ -89,4 +101,48 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: could not save the predictions in {path}: {error.strerror or error}", file=sys.stderr)
         return 1
     print(f"saved {path}")
+    return 0
+
+
+def _run_from_step(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    """predict without a results folder: from the model, its batch and its step time on one device
+    (``orchestrator.predict.from_step``); 2 for a refused option, 1 where the model cannot be built here or
+    the table cannot be saved."""
+    from compressors.core.params import rate_bps
+
+    from .predict import advice, from_step, options
+    from .predict.outcomes import ACCURACY
+    from .predict.plan import cluster
+    from .study.records import write_atomic
+
+    step, problem = options.step_values(args)
+    problem = problem or options.problems(values) or next(
+        filter(None, map(from_step.compressor_problem, step["compressors"])), None)
+    if problem:
+        return _usage(problem)
+    table_path = Path(step["codec_table"]) if step["codec_table"] else None
+    if table_path is not None and not table_path.is_file():
+        return _usage(f"--codec_table {table_path} is not a file")
+    model = from_step.Model(step["model"], step["model_options"] or {}, tuple(step["input_shape"]),
+                            step["num_classes"], step["batch_size"])
+    target = cluster(values["num_workers"], values["workers_per_host"], rate_bps(values["bandwidth"]),
+                     options.latency_s(values["latency"]), rate_bps(values["intra_bandwidth"]))
+    try:
+        table, notes = from_step.predict_from_step(model, step["step_time"], step["compressors"], target,
+                                                   values["overlap"], values["overlap_slowdown"], table_path)
+    except (OSError, ValueError, RuntimeError) as error:  # the model cannot be built or run on its batch here
+        print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(_heading(values) + f"; {model.name}, batch {model.batch_size}, one device's step {args.step_time}")
+    print(advice.table_text(table, ACCURACY))
+    for note in notes:
+        print(note)
+    if step["out"]:
+        try:
+            write_atomic(Path(step["out"]), table.to_csv(index=False))
+        except OSError as error:
+            print(f"error: could not save the predictions in {step['out']}: {error.strerror or error}",
+                  file=sys.stderr)
+            return 1
+        print(f"saved {step['out']}")
     return 0

@@ -37,8 +37,10 @@ def rate_text(bps: float) -> str:
 
 
 def table_text(table: pd.DataFrame, judged: Quality) -> str:
-    """predict's table as it prints it: a few columns, numbers to 4 digits, break-even bandwidths as rates."""
-    shown = table[[delta_column(judged) if column is None else column for column in _SHOWN]]
+    """predict's table as it prints it: a few columns (those it has: a prediction from a step time knows no
+    outcome), numbers to 4 digits, break-even bandwidths as rates."""
+    wanted = [delta_column(judged) if column is None else column for column in _SHOWN]
+    shown = table[[column for column in wanted if column in table.columns]]
     shown = shown.assign(break_even_bps=shown["break_even_bps"].map(rate_text))
     return shown.to_string(index=False, float_format=lambda v: f"{v:.4g}")
 

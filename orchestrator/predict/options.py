@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compressors.core.params import RATE, RATE_RANGE_BPS, Param, rate_bps
+from compressors.core.params import NAMES, RATE, RATE_RANGE_BPS, SHAPE, Param, rate_bps
 
 if TYPE_CHECKING:  # the parser is built for every command, and quality's pandas takes most of a second
     from ..study.quality import Quality
@@ -103,7 +103,31 @@ OPTIONS: tuple[Option, ...] = (
                      "points are to an accuracy)"),
            "NATS", unit="nats", advise_only=True),
 )
-_BY_NAME = {option.param.name: option for option in OPTIONS}
+# Predicting from a step time (``lowprec predict --model ...``, no results folder: orchestrator.predict.from_step):
+# what the user knows of the model and its step on one device of the target. The cluster's options above apply.
+DEFAULT_COMPRESSORS = "fp32,fp16,bf16,dynamic8,qsgd,onebit,topk"
+STEP_OPTIONS: tuple[Option, ...] = (
+    Option(Param("model", None, str, doc="the model, as a sweep names it: a built-in, torchvision:NAME or "
+                                         "MODULE:FACTORY (its parameters give the gradient's layout)"), "NAME|REF"),
+    Option(Param("model_options", None, dict, nullable=True,
+                 doc="keyword options of the model, a YAML mapping: '{depth: 50}'"), "MAPPING"),
+    Option(Param("input_shape", None, SHAPE, doc="one sample's shape, comma separated: 3,224,224 (a language "
+                                                 "model's: its sequence length)"), "SHAPE"),
+    Option(Param("num_classes", 1000, int, low=1, doc="the model's outputs (a language model's: its vocabulary)"),
+           "K"),
+    Option(Param("batch_size", None, int, low=1, doc="samples per step on each worker"), "B"),
+    Option(Param("step_time", None, LATENCY, doc="the model's training step on one device of the target, alone "
+                                                 "(forward, backward, optimizer), as its logs show it: 0.25s, 180ms"),
+           "T"),
+    Option(Param("compressors", DEFAULT_COMPRESSORS, NAMES,
+                 doc="the configurations to predict, comma separated, each with its default parameters and "
+                     "algorithm (fp32 is always among them)"), "NAMES"),
+    Option(Param("codec_table", None, str, nullable=True,
+                 doc="the codecs' speeds: a JSON of benchmarks/compressor_bench.py run on the target's device "
+                     "(default: measured here and scaled as the step is)"), "FILE"),
+    Option(Param("out", None, str, nullable=True, doc="save the predictions here too, as CSV"), "FILE"),
+)
+_BY_NAME = {option.param.name: option for option in (*OPTIONS, *STEP_OPTIONS)}
 # advise's limit on how much worse than fp32 a recommended configuration may end, by the column of trials.csv
 # the study is judged by (Quality.delta)
 LIMITS = {"accuracy_delta": "max_accuracy_loss", "loss_delta": "max_loss_increase"}
@@ -118,8 +142,8 @@ def valid(opt: Option, values: Mapping[str, Any] | None = None) -> str:
     """The valid values of ``opt``, as its refusal and the docs' table state them; ``values``: every option's
     (None: the docs' table, which names the option that bounds this one's rather than its value)."""
     p = opt.param
-    if p.kind == RATE and p.low is None:
-        return p.describe()
+    if p.kind in (SHAPE, NAMES, str, dict) or (p.kind == RATE and p.low is None):
+        return p.describe().removesuffix(" or null")
     if p.kind == RATE:
         return f"a rate from {p.low / 1e3:g}kbit to {p.high / 1e9:g}gbit, like {p.default}"
     if p.kind == LATENCY:
@@ -196,6 +220,46 @@ def values(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def add_step_arguments(parser: argparse.ArgumentParser) -> None:
+    """predict's options of a prediction from a step time (``STEP_OPTIONS``), as text (``step_values`` reads
+    them)."""
+    for opt in STEP_OPTIONS:
+        p = opt.param
+        default = "" if p.default is None else f"; default {_default_text(p)}"
+        parser.add_argument(f"--{p.name}", default=None, metavar=opt.metavar, help=f"{p.doc}{default}")
+
+
+def step_values(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
+    """The step options as typed values (text where given, else their defaults), and the one line refusing the
+    first that is missing or invalid (None where all are valid)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for opt in STEP_OPTIONS:
+        p = opt.param
+        text = getattr(args, p.name, None)
+        if text is None:
+            if p.default is None and not p.nullable:
+                return out, f"--{p.name} {opt.metavar} is needed to predict from a step time: {p.doc}"
+            out[p.name] = p.default if p.kind != NAMES else p.default.split(",")
+            continue
+        try:
+            value: Any = {SHAPE: lambda t: [int(v) for v in t.split(",")],
+                          NAMES: lambda t: [v.strip() for v in t.split(",")],
+                          LATENCY: latency_s, int: int,
+                          dict: lambda t: yaml.safe_load(t) or {}}.get(p.kind, str)(text)
+        except (ValueError, yaml.YAMLError):
+            value = None
+        bad = value is None or (p.kind == LATENCY and not 0 < value < math.inf) or (
+            p.kind != LATENCY and p.problem(value) is not None)
+        if bad:
+            what = "a time with a unit s, ms, us or ns (0.25s, 180ms), above 0" if p.kind == LATENCY else \
+                p.describe().removesuffix(" or null")
+            return out, f"--{p.name} must be {what}, got {text!r}"
+        out[p.name] = value
+    return out, None
+
+
 def problems(values: Mapping[str, Any]) -> str | None:
     """The first option but advise's limits whose value is refused: the line that says so; None if none is."""
     return next(filter(None, (problem(opt, values) for opt in OPTIONS if not opt.advise_only)), None)
@@ -221,17 +285,19 @@ def _default_text(p: Param) -> str:
     return f"{p.default:g}" if isinstance(p.default, float) else str(p.default)
 
 
-def markdown() -> str:
-    """The docs' table of the options (docs/predictor.md), generated from ``OPTIONS``."""
+def markdown(options: tuple[Option, ...] = OPTIONS) -> str:
+    """The docs' table of ``options`` (docs/predictor.md), generated from their declaration."""
     lines = ["| option | default | valid | meaning |", "|---|---|---|---|"]
-    for opt in OPTIONS:
+    for opt in options:
         p = opt.param
-        default = "required" if p.default is None else f"`{_default_text(p)}`"
+        default = ("none" if p.nullable else "required") if p.default is None else f"`{_default_text(p)}`"
         where = "`advise` only: " if opt.advise_only else ""
-        lines.append(f"| `--{p.name} {opt.metavar}` | {default} | {valid(opt)} | {where}{p.doc} |".replace(
-            "true|false", "true\\|false"))
+        metavar = opt.metavar.replace("|", "\\|")  # a table cell's bar
+        lines.append(f"| `--{p.name} {metavar}` | {default} | {valid(opt)} | {where}{p.doc} |")
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the docs' two tables: the cluster's options, then those of a step time
     print(markdown(), end="")
+    print()
+    print(markdown(STEP_OPTIONS), end="")

@@ -131,13 +131,8 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     predicted = [(c, c) for c in study.configs]
     if workers_per_host > 1:
         predicted += [(hierarchical(c), c) for c in study.configs if c.settings["algorithm"] == "sra"]
-    plans = {c.key: plan(c, prof, study.fp32.compute_s, num_workers, overlap, DeviceScale.uniform(compute_scale),
-                         workers_per_host) for c, _ in predicted}
-
-    def step_at(config: Configuration, bps: float) -> dict[str, float]:
-        return predict_step(plans[config.key], replace(target, inter=perfmodel.Link(bps / 8, latency_s)), rate,
-                            slowdown=overlap_slowdown)
-
+    step_at = stepper([c for c, _ in predicted], prof, study.fp32.compute_s, rate, target, overlap,
+                      DeviceScale.uniform(compute_scale), overlap_slowdown)
     fixed = {"num_workers": num_workers, "workers_per_host": workers_per_host, "bandwidth_bps": bandwidth_bps,
              "intra_bandwidth_bps": intra_bandwidth_bps, "latency_s": latency_s, "overlap": overlap,
              "compute_scale": compute_scale, "overlap_slowdown": overlap_slowdown}
@@ -150,34 +145,54 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     return pd.DataFrame(rows, columns=columns(study.judged)), notes + cache_notes
 
 
+def stepper(configs: list[Configuration], prof: Profile, compute_s: float, rate: float, target: perfmodel.Cluster,
+            overlap: bool, scale: DeviceScale, overlap_slowdown: float) -> StepAt:
+    """Each of ``configs``' step on ``target`` at a bandwidth between hosts: their plans made once (the
+    one-worker ``compute_s`` split as ``prof`` says), so a bandwidth costs arithmetic only."""
+    plans = {c.key: plan(c, prof, compute_s, target.workers, overlap, scale, target.workers_per_host)
+             for c in configs}
+
+    def step_at(config: Configuration, bps: float) -> dict[str, float]:
+        return predict_step(plans[config.key], replace(target, inter=perfmodel.Link(bps / 8, target.inter.latency)),
+                            rate, slowdown=overlap_slowdown)
+    return step_at
+
+
+def step_columns(config: Configuration, fp32: Configuration, half: Configuration | None, step_at: StepAt,
+                 bandwidth_bps: float) -> dict[str, Any]:
+    """A configuration's step on the cluster and its parts, its speedups over fp32 and the 16-bit cast
+    (``half``: NaN where there is none), its break-even bandwidth and the bound of any compressor."""
+    base = step_at(fp32, bandwidth_bps)["predicted_step_time_s"]
+    half_step = step_at(half, bandwidth_bps)["predicted_step_time_s"] if half else math.nan
+    out = step_at(config, bandwidth_bps)
+    step = out["predicted_step_time_s"]
+    return {**out, "speedup_vs_fp32": base / step, "speedup_vs_16bit": half_step / step,
+            "break_even_bps": math.nan if config is fp32 else _break_even(config, fp32, step_at),
+            "speedup_bound": perfmodel.speedup_bound(base, fp32.compute_s)}
+
+
 def _rows(study: _Study, predicted: list[tuple[Configuration, Configuration]], step_at: StepAt,
           fixed: dict[str, Any]) -> list[dict[str, Any]]:
     """A row of the predictions per (configuration, the measured one it takes its outcome from), on the
     cluster of ``fixed`` (its columns)."""
-    fp32, bandwidth_bps = study.fp32, fixed["bandwidth_bps"]
-    base = step_at(fp32, bandwidth_bps)["predicted_step_time_s"]
+    fp32 = study.fp32
     half = baseline(study.configs, "fp16", fp32.key[0])
-    half_step = step_at(half, bandwidth_bps)["predicted_step_time_s"] if half else math.nan
     fp32_steps = study.outcome_of[fp32.key].steps
     rows = []
     for config, measured_as in predicted:
-        out = step_at(config, bandwidth_bps)
-        step = out["predicted_step_time_s"]
+        step = step_columns(config, fp32, half, step_at, fixed["bandwidth_bps"])
         outcome = study.outcome_of[measured_as.key]
         ratio = fp32_steps / outcome.steps if outcome.steps > 0 and fp32_steps > 0 else math.nan
         # an unknown steps ratio counts as 1: the per-step speedup, and a note says so
-        tta = base / step * (ratio if math.isfinite(ratio) else 1.0)
+        tta = step["speedup_vs_fp32"] * (ratio if math.isfinite(ratio) else 1.0)
         span = (1.0, 1.0) if config is fp32 else study.noise_of.get(measured_as.key, (math.nan, math.nan))
         # "qsgd bits=4 hierarchical": the sra configuration's label, its algorithm said once
         name = study.label[config.key] if config is measured_as else \
             f"{study.label[measured_as.key].replace(' algorithm=sra', '')} hierarchical"
         rows.append({"configuration": name, "compressor": config.settings["compressor"],
-                     "algorithm": config.settings["algorithm"], **fixed, **out,
-                     "speedup_vs_fp32": base / step, "speedup_vs_16bit": half_step / step,
+                     "algorithm": config.settings["algorithm"], **fixed, **step,
                      "steps_ratio_vs_fp32": ratio, "tta_speedup_vs_fp32": tta, **interval(tta, span),
-                     delta_column(study.judged): outcome.delta, "reached_target": outcome.reached,
-                     "break_even_bps": math.nan if config is fp32 else _break_even(config, fp32, step_at),
-                     "speedup_bound": perfmodel.speedup_bound(base, fp32.compute_s)})
+                     delta_column(study.judged): outcome.delta, "reached_target": outcome.reached})
     return rows
 
 

@@ -57,7 +57,14 @@ def build(settings: dict[str, Any]) -> tuple[torch.nn.Module, tuple[torch.Tensor
 
 
 def profile(settings: dict[str, Any], repeats: int = 5) -> Profile:
-    model, (x, y) = build(settings)
+    """The profile of the trial's model on its first batch (``build``)."""
+    model, batch = build(settings)
+    return profile_model(model, batch, repeats)
+
+
+def profile_model(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], repeats: int = 5) -> Profile:
+    """The profile of ``model`` on ``batch`` (inputs, class targets) with cross-entropy and SGD."""
+    x, y = batch
     params = list(model.parameters())
     optimizer = torch.optim.SGD(params, lr=1e-3)
     ready: dict[int, float] = {}

@@ -12,10 +12,11 @@ from tests.helpers import ROOT
 
 def test_documented_options_table_equals_the_declaration():
     text = (ROOT / "docs" / "predictor.md").read_text()
-    block = re.search(r"<!-- predict-options:start -->\n(.*?)<!-- predict-options:end -->", text, re.S)
-    assert block, "docs/predictor.md lacks the options block"
-    assert block.group(1) == options.markdown(), \
-        "docs/predictor.md is stale: paste `python -m orchestrator.predict.options`"
+    for marker, declared in (("predict-options", options.OPTIONS), ("predict-step-options", options.STEP_OPTIONS)):
+        block = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", text, re.S)
+        assert block, f"docs/predictor.md lacks the {marker} block"
+        assert block.group(1) == options.markdown(declared), \
+            "docs/predictor.md is stale: paste `python -m orchestrator.predict.options`"
 
 
 def test_every_option_is_a_flag_of_its_commands_with_its_declared_default():

@@ -116,3 +116,25 @@ def test_speedup_bound_and_break_even():
     assert perfmodel.break_even(lambda b: b < 5e8, 1e6, 1e12) == pytest.approx(5e8, rel=1e-9)
     assert perfmodel.break_even(lambda b: False, 1e6, 1e12) == 1e6
     assert perfmodel.break_even(lambda b: True, 1e6, 1e12) == 1e12
+
+
+def test_compute_slowed_beside_communication():
+    B = perfmodel.Bucket
+    # one bucket ready 2 s into a 10 s backward, 4 s on the wire; at slowdown 1 the work runs at half speed
+    # while it is: 2 s of work in those 4 s, the other 6 after: backward ends at 12 s
+    assert perfmodel.step_time(0.0, 10.0, 0.0, [B(2.0, 0.0, 4.0, 0.0)], True, slowdown=1.0) == 12.0
+    # two buckets; the first's decode (1 s of work) comes before the second's ready point, which moves to work
+    # 5: wall 7 (2 of work in 2..6, 1 more at full speed); its 2 s on the wire to 9; backward's work, 11 with
+    # the decode, reaches 6 at 9 (1 in 7..9) and 11 at 14
+    buckets = [B(2.0, 0.0, 4.0, 1.0), B(4.0, 0.0, 2.0, 0.5)]
+    assert perfmodel.step_time(1.0, 10.0, 0.5, buckets, True, slowdown=1.0) == 1.0 + 14.0 + 0.5
+    # a slowdown of 0 is the plain timeline; without overlap there is nothing beside the work to slow it
+    for slowdown, overlap in ((0.0, True), (0.5, False)):
+        assert perfmodel.step_time(1.0, 10.0, 0.5, buckets, overlap, slowdown=slowdown) == \
+            perfmodel.step_time(1.0, 10.0, 0.5, buckets, overlap)
+    # more slowdown, never a shorter step; no communication, nothing slowed
+    steps = [perfmodel.step_time(1.0, 10.0, 0.5, buckets, True, slowdown=s) for s in (0.0, 0.1, 0.5, 2.0)]
+    assert steps == sorted(steps) and steps[0] < steps[-1]
+    quiet = [B(2.0, 0.5, 0.0, 0.25), B(4.0, 0.0, 0.0, 0.5)]
+    assert perfmodel.step_time(1.0, 10.0, 0.5, quiet, True, slowdown=3.0) == \
+        perfmodel.step_time(1.0, 10.0, 0.5, quiet, True)

@@ -666,6 +666,8 @@ def test_predictions_are_saved_under_a_name_of_their_arguments(tmp_path, monkeyp
     assert files.predictions_path(folder, {**values, "bandwidth": "1gbit", "num_workers": 4,
                                            "compute_scale": 1.0000001}).name == \
         "1gbit_4w_5us_overlap-true_x1.0000001.csv"
+    assert files.predictions_path(folder, {**values, "bandwidth": "1gbit", "num_workers": 4,
+                                           "overlap_slowdown": 0.189}).name == "1gbit_4w_5us_overlap-true_x1_slow0.189.csv"
     # a folder where nothing can be written: refused before any work, in one line
     (folder / "predictions").rename(folder / "kept")
     (folder / "predictions").write_text("")
