@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..study.records import write_atomic
-from .profile import Profile, profile
+from .profile import Profile, device_of, profile
 from .trials import step_key
 
 CACHE_DIR = "predict_cache"
@@ -93,7 +93,12 @@ def measured(results: Path, settings: dict[str, Any], prof: Profile | None = Non
     if rate is None:
         rate = reduction_rate()
         made[rate_path] = json.dumps({"reduce_bps": rate})
-    return prof, rate, _write_cache(cache, made, profile_path)
+    notes = _write_cache(cache, made, profile_path)
+    if profile_path in made and settings.get("use_gpu") and device_of(settings).type != "cuda":
+        notes.append("the trials ran on a GPU and this machine has none: the model's profile (its split of the "
+                     "step, when each gradient is ready) was measured on this CPU, then scaled to the fp32 trial's "
+                     "compute time")
+    return prof, rate, notes
 
 
 def _write_cache(cache: Path, made: dict[Path, str], profile_path: Path) -> list[str]:

@@ -23,8 +23,8 @@ inside a host; ``plan``); its steps to the target and accuracy are those of its 
 
 Time to accuracy: speedup x (fp32's steps to the target / the configuration's), the trials' own
 ``steps_to_target`` with the most workers in the folder (``outcomes``); where either is unknown, the
-per-step speedup. Hook-only and optimizer methods (PowerSGD, 1-bit Adam), trials run on GPUs and a periodic
-sync (local_sgd, diloco) are not modelled (say so, skip).
+per-step speedup. Hook-only and optimizer methods (PowerSGD, 1-bit Adam) and a periodic sync (local_sgd,
+diloco) are not modelled (say so, skip). GPU trials are inputs as CPU ones are: their times are the GPU's.
 What a configuration's models are worth is its change against fp32 in what the study is judged by
 (``outcomes``), which ``advice`` takes its limit in.
 """

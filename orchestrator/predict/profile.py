@@ -2,7 +2,8 @@
 parameter's gradient becomes ready during backward (the input of ``perfmodel``'s bucket timeline).
 
 The workload's first batch_size training samples; no DDP, no compression. Times are
-medians over ``repeats`` steps after one warm-up step, on this machine's CPU.
+medians over ``repeats`` steps after one warm-up step, on the trial's device where this machine has it
+(a GPU trial's on a GPU, timed by CUDA events: ``CudaClock``), else on this machine's CPU.
 """
 from __future__ import annotations
 
@@ -56,23 +57,63 @@ def build(settings: dict[str, Any]) -> tuple[torch.nn.Module, tuple[torch.Tensor
     return model, batch
 
 
+class Clock:
+    """Marks of a step in seconds on the device the model runs on: here the CPU's ``perf_counter``.
+    ``mark`` returns a handle; ``seconds`` reads the time between two handles once the step is over."""
+
+    def mark(self) -> Any:
+        return time.perf_counter()
+
+    def seconds(self, start: Any, end: Any) -> float:
+        return end - start
+
+    def finish(self) -> None:
+        """The step's work is done (a GPU's: waited for) before its marks are read."""
+
+
+class CudaClock(Clock):
+    """CUDA events on the current stream: the GPU's own account of when it got to each mark (kernels run
+    after the CPU queued them, so the CPU's clock would time the queueing)."""
+
+    def mark(self) -> Any:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start: Any, end: Any) -> float:
+        return start.elapsed_time(end) / 1e3
+
+    def finish(self) -> None:
+        torch.cuda.synchronize()
+
+
+def device_of(settings: dict[str, Any]) -> torch.device:
+    """Where the profile of a trial's model runs: its GPU where the trial ran on one and this machine has one,
+    else the CPU (and its split is scaled to the trial's compute time all the same)."""
+    return torch.device("cuda" if settings.get("use_gpu") and torch.cuda.is_available() else "cpu")
+
+
 def profile(settings: dict[str, Any], repeats: int = 5) -> Profile:
-    """The profile of the trial's model on its first batch (``build``)."""
+    """The profile of the trial's model on its first batch (``build``), on ``device_of(settings)``."""
     model, batch = build(settings)
-    return profile_model(model, batch, repeats)
+    device = device_of(settings)
+    return profile_model(model.to(device), tuple(t.to(device) for t in batch), repeats,
+                         CudaClock() if device.type == "cuda" else Clock())
 
 
-def profile_model(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], repeats: int = 5) -> Profile:
-    """The profile of ``model`` on ``batch`` (inputs, class targets) with cross-entropy and SGD."""
+def profile_model(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], repeats: int = 5,
+                  clock: Clock | None = None) -> Profile:
+    """The profile of ``model`` on ``batch`` (inputs, class targets) with cross-entropy and SGD, timed by
+    ``clock`` (default: the CPU's)."""
+    clock = clock or Clock()
     x, y = batch
     params = list(model.parameters())
     optimizer = torch.optim.SGD(params, lr=1e-3)
-    ready: dict[int, float] = {}
-    start = [0.0]
+    ready: dict[int, Any] = {}
 
     def hook(i: int) -> Callable[[torch.Tensor], None]:
         def mark(_: torch.Tensor) -> None:
-            ready[i] = time.perf_counter() - start[0]
+            ready[i] = clock.mark()
         return mark
 
     for i, p in enumerate(params):
@@ -80,19 +121,19 @@ def profile_model(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tenso
     fwd, bwd, opt, marks = [], [], [], []
     for step in range(repeats + 1):
         optimizer.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
+        t0 = clock.mark()
         out = model(x)
         loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-        t1 = time.perf_counter()
-        start[0] = t1
+        t1 = clock.mark()
         loss.backward()
-        t2 = time.perf_counter()
+        t2 = clock.mark()
         optimizer.step()
-        t3 = time.perf_counter()
+        t3 = clock.mark()
+        clock.finish()
         if step:  # the first step warms caches and allocators
-            fwd.append(t1 - t0)
-            bwd.append(t2 - t1)
-            opt.append(t3 - t2)
-            marks.append([ready[i] for i in range(len(params))])
+            fwd.append(clock.seconds(t0, t1))
+            bwd.append(clock.seconds(t1, t2))
+            opt.append(clock.seconds(t2, t3))
+            marks.append([clock.seconds(t1, ready[i]) for i in range(len(params))])
     per_param = tuple((tuple(p.shape), statistics.median(m[i] for m in marks)) for i, p in enumerate(params))
     return Profile(statistics.median(fwd), statistics.median(bwd), statistics.median(opt), per_param)

@@ -2,9 +2,9 @@
 other, and each configuration's times from its one-worker trials.
 
 A configuration's times (compute, encode, decode and exposed communication per step) are the medians
-over its one-worker trials (repeats, seeds). Hook-only and optimizer methods (PowerSGD, 1-bit Adam), trials
-run on GPUs and a periodic sync (local_sgd, diloco) are not modelled; a hierarchical trial is no input (one
-worker is one host: nothing is compressed), its codec's sra configuration is.
+over its one-worker trials (repeats, seeds), on the device they ran on (CPU or GPU). Hook-only and optimizer
+methods (PowerSGD, 1-bit Adam) and a periodic sync (local_sgd, diloco) are not modelled; a hierarchical trial
+is no input (one worker is one host: nothing is compressed), its codec's sra configuration is.
 """
 from __future__ import annotations
 
@@ -165,8 +165,6 @@ def _not_an_input(settings: dict[str, Any]) -> str | None:
         return "it runs only as PyTorch's DDP hook, whose traffic the model does not know"
     if optimizer_method(settings["compressor"]):
         return "it averages inside its optimizer's step, which the model does not know"
-    if settings["use_gpu"]:
-        return "a GPU trial is not modelled"
     if settings.get("sync", "every_step") != "every_step":
         return (f"sync {settings['sync']} is not modelled: the model knows an exchange of every step's "
                 "gradients, not one of the parameters every inner_steps steps")

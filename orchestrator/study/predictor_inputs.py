@@ -14,8 +14,8 @@ run, by short trials, the *predictor inputs*, recorded apart from the grid's (``
 
 They are a few per configuration, of ``INPUT_STEPS`` or ``SHARING_STEPS`` steps; their accuracy means
 nothing and no table of the sweep shows them. A grid trial that is one of them serves as it and does
-not run twice. Configurations the model does not know (hook-only methods such as PowerSGD, GPU trials) get
-none.
+not run twice. Configurations the model does not know (hook-only methods such as PowerSGD) get none, nor
+GPU trials: what these inputs measure is the sharing of an emulated cluster's CPU cores.
 """
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ def predictor_input_trials(trials: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def _modelled(trial: dict[str, Any]) -> bool:
-    """Whether the performance model knows the trial's step: a hook-only or optimizer method (no payload codec of
-    its own) or a GPU trial it does not."""
+    """Whether predictor inputs serve the trial: not for a hook-only or optimizer method (no payload codec of its
+    own, which the model does not know), nor for a GPU trial (they measure how hosts share CPU cores)."""
     return not own_communication(trial["compressor"]) and not trial["use_gpu"]
 
 

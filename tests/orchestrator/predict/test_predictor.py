@@ -21,6 +21,7 @@ from orchestrator.predict.buckets import buckets_of
 from orchestrator.predict.emulated import TrialInputs, trial_predictions
 from orchestrator.predict.outcomes import ACCURACY, judged_by
 from orchestrator.predict.plan import DeviceScale, Plan, plan, predict_step
+from orchestrator.predict import profile as profile_module
 from orchestrator.predict.profile import Profile
 from orchestrator.predict.traffic import bucket_traffic, comm_s
 from orchestrator.predict.trials import (Configuration, config_name, configurations, hierarchical, input_for,
@@ -1090,3 +1091,49 @@ def test_advise_leaves_out_a_speedup_whose_interval_includes_1(tmp_path, monkeyp
             f"excluded {qsgd['configuration']}: not measurable here: its predicted speedup's 95% interval "
             f"[{speedup / hi:.2f}, {speedup / lo:.2f}] includes 1 (its one-worker step is not known well enough "
             "against fp32's on this machine: more steps, a quieter machine or a second seed narrow it)"]
+
+
+def test_a_folder_of_gpu_trials_is_predicted_with_a_note_where_no_gpu_profiles_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(measure, "reduction_rate", lambda: 1e9)
+    gpu = {"use_gpu": True}
+    folder = write_folder(tmp_path, [
+        (gpu, ONE),
+        ({**gpu, "compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"},
+         {**ONE, "encode_s": 0.002, "decode_s": 0.001}),
+    ])
+    monkeypatch.setattr(measure, "profile", lambda settings: PROFILE)
+    monkeypatch.setattr(profile_module.torch.cuda, "is_available", lambda: False)
+    table, notes = predictor.predict(folder, 8e6, 2, 0.0)
+    assert list(table["compressor"]) == ["fp32", "qsgd"] and not any("not predicted" in n for n in notes)
+    assert notes[-1].startswith("the trials ran on a GPU and this machine has none: the model's profile")
+    # the GPU trials' times as a CPU trial's would be: the same predictions
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    write_folder(cpu, [({}, ONE), ({"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"},
+                                   {**ONE, "encode_s": 0.002, "decode_s": 0.001})])
+    same, _ = predictor.predict(cpu, 8e6, 2, 0.0)
+    assert list(same["predicted_step_time_s"]) == list(table["predicted_step_time_s"])
+
+
+class TickClock(profile_module.Clock):
+    """A clock of whole ticks, one a mark: a profile's exact values from the order of its marks."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def mark(self):
+        self.now += 1
+        return self.now
+
+
+def test_a_profile_is_timed_by_its_devices_clock():
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    batch = (torch.randn(5, 3), torch.randint(0, 2, (5,)))
+    prof = profile_module.profile_model(model, batch, repeats=3, clock=TickClock())
+    # per step: start, after forward; the 4 gradients' hooks in backward's order (the last layer's bias first);
+    # after backward, after the optimizer: 1 tick of forward, 5 of backward, 1 of the optimizer
+    assert (prof.fwd_s, prof.bwd_s, prof.opt_s) == (1, 5, 1)
+    assert [ready for _, ready in prof.params] == [4, 3, 2, 1]
+    assert [shape for shape, _ in prof.params] == [(4, 3), (4,), (2, 4), (2,)]
