@@ -13,7 +13,11 @@
                                    on another cluster, from the folder's one-worker trials
                                    (performance model: orchestrator.predict.perfmodel); caches
                                    what it measures here in RESULTS/predict_cache/, writes
-                                   RESULTS/predictions/<a name of its options>.csv
+                                   RESULTS/predictions/<a name of its options>.csv; --link FILE
+                                   (cluster probe's) in place of --bandwidth and --latency
+    predict --model NAME --input_shape S --batch_size B --step_time T --bandwidth RATE --num_workers N
+                                   the same from what a user knows, no trials: the model's layout,
+                                   its step on one device (orchestrator.predict.from_step)
     advise RESULTS ... (as predict) [--max_accuracy_loss POINTS | --max_loss_increase NATS]
                                    the configuration that pays most there among those that reached
                                    the target within that many points of fp32's accuracy (a loss
@@ -29,6 +33,9 @@
     cluster exec [--prefix P] I CMD...
                                    run CMD in emulated host I (0: where drivers run)
     cluster status | cluster down  its links, calibrations, processes | end it all by PID
+    cluster probe --address ADDR --out FILE [--backend gloo|nccl] [--nodes N]
+                                   a real Ray cluster's links between its nodes: all_reduce and
+                                   all_gather bus bandwidth, latency (predict --link FILE)
 
 A sweep whose cluster section has ``emulate`` brings its own emulated cluster up
 and down; ``run --address`` of a cluster from ``cluster up`` runs the driver

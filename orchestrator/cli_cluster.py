@@ -37,6 +37,18 @@ def add_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     run_in.add_argument("host", type=int, metavar="I")
     run_in.add_argument("argv", nargs=argparse.REMAINDER, metavar="CMD")
     with_prefix(actions.add_parser("status", help="hosts, links, calibrations, processes"))
+    from .cluster.probe import BACKENDS
+
+    probe = actions.add_parser("probe", help="measure a real Ray cluster's links between nodes: all_reduce and "
+                                             "all_gather bus bandwidth and latency (lowprec predict --link FILE)")
+    probe.add_argument("--address", required=True, help="the Ray cluster (ray://host:10001 or host:6379)")
+    probe.add_argument("--out", required=True, help="the probe's JSON file, for predict --link")
+    probe.add_argument("--backend", default="gloo", choices=BACKENDS, help="the trials' backend (default gloo; nccl: "
+                                                                           "a GPU on each node)")
+    probe.add_argument("--nodes", type=int, default=None, help="nodes to probe, a rank on each (default: all)")
+    probe.add_argument("--sizes_mib", default="1,16,64", help="all_reduce and all_gather sizes a rank, MiB (default "
+                                                              "1,16,64)")
+    probe.add_argument("--repeats", type=int, default=5, help="timed repeats of each, the median taken (default 5)")
     with_prefix(actions.add_parser("down", help="end every process of the cluster by PID, remove its namespaces"))
 
 
@@ -58,6 +70,8 @@ def _input_problem(args: argparse.Namespace) -> str | None:
             return ("--prefix after the host number is refused: exec's options go before it "
                     "(lowprec cluster exec --prefix P I CMD ...); to give CMD a --prefix of its own, run it "
                     "through a shell (lowprec cluster exec I sh -c 'CMD --prefix ...')")
+    if args.action == "probe":
+        return _probe_problem(args)
     problems = [("--prefix", args.prefix, netns.prefix_problem(args.prefix))]
     if args.action == "up":
         emulate = {param.name: param for param in EMULATE}  # as a sweep's cluster.emulate
@@ -69,6 +83,21 @@ def _input_problem(args: argparse.Namespace) -> str | None:
     if args.action == "shape":
         problems.append(("RATE", args.bandwidth, emulation.BANDWIDTH.problem(args.bandwidth)))
     return next((f"{flag} {problem}, got {value!r}" for flag, value, problem in problems if problem), None)
+
+
+def _probe_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with probe's arguments, or None."""
+    try:
+        sizes = [float(v) for v in args.sizes_mib.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or not all(0 < v <= 4096 for v in sizes):
+        return f"--sizes_mib must be sizes in (0, 4096] MiB, comma separated, got {args.sizes_mib!r}"
+    if not 1 <= args.repeats <= 1000:
+        return f"--repeats must be in [1, 1000], got {args.repeats}"
+    if args.nodes is not None and args.nodes < 2:
+        return f"--nodes must be at least 2, got {args.nodes}"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _act(args: argparse.Namespace) -> int:
     """Carry out the verb of checked ``args``."""
+    if args.action == "probe":
+        return _probe(args)
     from .cluster import emulation
 
     if args.action == "up":
@@ -116,3 +147,20 @@ def _act(args: argparse.Namespace) -> int:
     if not 0 <= args.host < cluster.hosts:
         return _usage(f"I must be a host of the cluster {args.prefix!r}, in [0, {cluster.hosts - 1}], got {args.host}")
     return subprocess.call(cluster.command(args.host, args.argv))
+
+
+def _probe(args: argparse.Namespace) -> int:
+    """Probe the Ray cluster at ``--address`` and write its file (through a temporary file and a rename)."""
+    import json
+    from pathlib import Path
+
+    from .cluster.probe import probe
+    from .study.records import write_atomic
+
+    sizes = tuple(int(float(v) * (1 << 20)) // 4 * 4 for v in args.sizes_mib.split(","))
+    found = probe(args.address, args.nodes, args.backend, sizes, args.repeats)
+    write_atomic(Path(args.out), json.dumps(found, indent=1) + "\n")
+    gbit = found["bandwidth_bps"] / 1e9
+    print(f"{len(found['nodes'])} nodes, {args.backend}: all_reduce bus bandwidth {gbit:.3g} Gbit/s, latency "
+          f"{found['latency_s'] * 1e6:.3g} us a message; saved {args.out} (lowprec predict --link {args.out})")
+    return 0

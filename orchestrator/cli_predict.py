@@ -60,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
     from .study.records import read_records, write_atomic
 
     values = options.values(args)
+    problem = options.from_link(values)
+    if problem:
+        return _usage(problem)
     if args.command == "predict" and args.results is None:
         return _run_from_step(args, values)
     given = [opt.param.name for opt in options.STEP_OPTIONS if getattr(args, opt.param.name, None) is not None]

@@ -60,7 +60,8 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option(Param("bandwidth", None, RATE, doc="each worker's link to the other hosts, each way: 100mbit, 25gbit"),
+    Option(Param("bandwidth", None, RATE, doc="each worker's link to the other hosts, each way: 100mbit, 25gbit "
+                                              "(required, unless --link gives it)"),
            "RATE", name_part=lambda values: _as_typed(values["bandwidth"])),
     Option(Param("num_workers", None, int, low=1, high=MAX_WORKERS, doc="workers of the target cluster"), "N",
            name_part=_workers_part),
@@ -76,6 +77,10 @@ OPTIONS: tuple[Option, ...] = (
            f"{_as_typed(values['intra_bandwidth'])}-intra"),
     Option(Param("latency", "5us", LATENCY, doc="each message's latency between hosts"), "T",
            name_part=lambda values: _as_typed(values["latency"])),
+    # the predictions' file is named by the bandwidth and latency the probe measured
+    Option(Param("link", None, str, nullable=True,
+                 doc="a probe's file (lowprec cluster probe): the all_reduce bus bandwidth and the latency it "
+                     "measured between the nodes, in place of --bandwidth and --latency"), "FILE"),
     Option(Param("overlap", True, bool,
                  doc="true (DDP's way): communication beside backward, an overlapped timeline with the encodes on "
                      "the compute device; false: serial"),
@@ -201,8 +206,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         if p.kind is bool:
             kind = {"choices": ("true", "false")}
         default = "" if p.default is None else f"; default {_default_text(p)}"
-        parser.add_argument(f"--{p.name}", required=p.default is None, default=None, metavar=opt.metavar,
-                            help=f"{p.doc}{default}", **kind)
+        # --bandwidth may come from --link instead: its absence is refused with both named (``from_link``)
+        parser.add_argument(f"--{p.name}", default=None, metavar=opt.metavar, help=f"{p.doc}{default}", **kind)
 
 
 def values(args: argparse.Namespace) -> dict[str, Any]:
@@ -258,6 +263,24 @@ def step_values(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
             return out, f"--{p.name} must be {what}, got {text!r}"
         out[p.name] = value
     return out, None
+
+
+def from_link(values: dict[str, Any]) -> str | None:
+    """Where ``--link`` is given, its bandwidth and latency written into ``values`` as the flags would give
+    them; the line refusing the file, both it and --bandwidth, or neither (None where all is well)."""
+    from ..cluster.probe import read_link
+
+    if values.get("link") is None:
+        return None if values["bandwidth"] is not None else "--bandwidth RATE or --link FILE is needed"
+    if values["bandwidth"] is not None:
+        return "--bandwidth and --link both give the link: give one"
+    try:
+        link = read_link(Path(values["link"]))
+    except ValueError as error:
+        return str(error)
+    values["bandwidth"] = f"{round(link.bandwidth_bps / 1e3)}kbit"
+    values["latency"] = f"{round(link.latency_s * 1e9)}ns"
+    return None
 
 
 def problems(values: Mapping[str, Any]) -> str | None:
