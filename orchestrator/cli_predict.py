@@ -45,7 +45,8 @@ def _heading(values: Mapping[str, Any]) -> str:
     """The line above predict's table: the cluster, as the options were given."""
     n, g = values["num_workers"], values["workers_per_host"]
     hosts = "" if g == 1 else f" ({n // g} hosts x {g}, {values['intra_bandwidth']} inside one)"
-    slowed = f" (device work {1 + values['overlap_slowdown']:g}x as long beside it)" if values["overlap_slowdown"] else ""
+    given = values["overlap_slowdown"]
+    slowed = f" (device work {1 + given:g}x as long beside it)" if given else ""
     return (f"{n} workers{hosts}, {values['bandwidth']} links, {values['latency']} latency, overlap "
             f"{str(values['overlap']).lower()}{slowed}, compute x{values['compute_scale']:g} "
             "(orchestrator.predict.perfmodel)")

@@ -167,11 +167,12 @@ def configuration(name: str, step_time_s: float, shapes: Sequence[tuple[int, ...
 
 
 def predict_from_step(model: Model, step_time_s: float, names: Sequence[str], target: perfmodel.Cluster,
-                      overlap: bool = True, overlap_slowdown: float = 0.0, codec_table: Path | None = None,
+                      overlap: bool = True, overlap_slowdown: float | None = None, codec_table: Path | None = None,
                       prof: Profile | None = None, reduction_rate: float | None = None
                       ) -> tuple[pd.DataFrame, list[str]]:
     """Each of ``names`` (fp32 added where missing) on ``target``, the model's step on one of its devices
-    ``step_time_s``. ``prof`` and ``reduction_rate`` (this machine's): measured here where not given."""
+    ``step_time_s``. ``prof`` and ``reduction_rate`` (this machine's): measured here where not given.
+    ``overlap_slowdown`` None: 0, and a note names the published figure for GPUs."""
     names = list(dict.fromkeys(["fp32", *names]))
     shapes = gradient_shapes(model)
     if prof is None:
@@ -193,6 +194,11 @@ def predict_from_step(model: Model, step_time_s: float, names: Sequence[str], ta
         rates, codec_scale = measured_rates(names, numel), scale
         notes.append(f"codecs: encode and decode measured here on {numel:,} floats, scaled as the step is (a "
                      "GPU's kernels may differ: give --codec_table with a table of the target's device)")
+    if overlap_slowdown is None:
+        overlap_slowdown = 0.0
+        if overlap:
+            notes.append(f"no slowdown of compute beside communication: on GPUs, --overlap_slowdown "
+                         f"{perfmodel.GPU_OVERLAP_SLOWDOWN} is {perfmodel.GPU_SLOWDOWN_SOURCE}")
     configs = [configuration(n, step_time_s, shapes, rates, codec_scale) for n in names]
     fp32 = configs[0]
     half = next((c for c in configs if c.settings["compressor"] == "fp16"), None)

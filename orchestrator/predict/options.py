@@ -90,12 +90,13 @@ OPTIONS: tuple[Option, ...] = (
                  doc="how much slower the target's compute, encode and decode are than on the machine that ran "
                      "the one-worker trials (2: half as fast)"),
            "X", name_part=lambda values: "x" + repr(float(values["compute_scale"])).removesuffix(".0")),
-    # 0 keeps the file names of the predictions made before the option existed
-    Option(Param("overlap_slowdown", 0.0, float, low=0, high=10.0,
+    # given, it names the file (a default keeps the names of the predictions made before the option existed)
+    Option(Param("overlap_slowdown", None, float, low=0, high=10.0, nullable=True,
                  doc="how much longer the compute device's work takes while communication overlaps it (0.1: a "
-                     "tenth longer): 0 on CPUs; on GPUs, communication kernels and copies take SMs and memory "
-                     "bandwidth from backward (docs/predictor.md cites a measurement); with --overlap true only"),
-           "S", name_part=lambda values: "" if not values["overlap_slowdown"] else
+                     "tenth longer); default: 0 for CPU trials, 0.189 for GPU trials (communication kernels and "
+                     "copies take SMs and memory bandwidth from backward: a published measurement, "
+                     "docs/predictor.md), each said in a note; with --overlap true only"),
+           "S", name_part=lambda values: "" if values["overlap_slowdown"] is None else
            "slow" + repr(float(values["overlap_slowdown"])).removesuffix(".0")),
     Option(Param("max_accuracy_loss", 0.5, float, low=0,
                  doc="a study judged by accuracy (its target is on test_accuracy): recommend only configurations "

@@ -49,6 +49,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
+# The slowdown of a GPU's compute while communication overlaps it, where none was measured: the average that
+# Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning:
+# Performance and Power Implications" (arXiv:2507.03114, 2025) measured on A100, H100, MI250 and MI210.
+GPU_OVERLAP_SLOWDOWN = 0.189
+GPU_SLOWDOWN_SOURCE = "Lee et al. 2025's average on A100, H100, MI250 and MI210 (docs/predictor.md)"
+
+
 @dataclass(frozen=True)
 class Link:
     """One worker's link: bandwidth in bytes/s each way, latency in seconds per message."""

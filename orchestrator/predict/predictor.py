@@ -115,7 +115,7 @@ def _study(results: Path) -> _Study:
 
 def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: float, overlap: bool = True,
             compute_scale: float = 1.0, prof: Profile | None = None, workers_per_host: int = 1,
-            intra_bandwidth_bps: float = DEFAULT_INTRA_BPS, overlap_slowdown: float = 0.0
+            intra_bandwidth_bps: float = DEFAULT_INTRA_BPS, overlap_slowdown: float | None = None
             ) -> tuple[pd.DataFrame, list[str]]:
     """Every predictable configuration of ``results`` on ``num_workers`` workers, ``workers_per_host`` on each
     host (``plan.cluster``), with links of ``bandwidth_bps`` bits/s and ``latency_s`` between hosts and of
@@ -123,10 +123,18 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
     hierarchical algorithm too (a row of its own). The notes (one line each) say what was skipped and why,
     where the steps to the target are unknown, and where the measured inputs were cached. ``prof``: the
     model's step profile (default: ``measure.measured``'s). ``overlap_slowdown``: how much longer the device's
-    work takes while communication overlaps it (``perfmodel.step_time``)."""
+    work takes while communication overlaps it (``perfmodel.step_time``); None: 0 for CPU trials, the published
+    ``perfmodel.GPU_OVERLAP_SLOWDOWN`` for GPU trials (a note says so)."""
     target = cluster(num_workers, workers_per_host, bandwidth_bps, latency_s, intra_bandwidth_bps)
     study = _study(results)
     prof, rate, cache_notes = measure.measured(results, study.fp32.settings, prof)
+    slowdown_notes = []
+    if overlap_slowdown is None:
+        gpu = bool(study.fp32.settings.get("use_gpu"))
+        overlap_slowdown = perfmodel.GPU_OVERLAP_SLOWDOWN if gpu and overlap else 0.0
+        if overlap_slowdown:
+            slowdown_notes.append(f"GPU trials: compute taken {overlap_slowdown:.1%} slower while communication "
+                                  f"overlaps it, {perfmodel.GPU_SLOWDOWN_SOURCE}; --overlap_slowdown sets it")
     # each row's configuration and the measured one whose label, trials and outcome it takes
     predicted = [(c, c) for c in study.configs]
     if workers_per_host > 1:
@@ -142,7 +150,7 @@ def predict(results: Path, bandwidth_bps: float, num_workers: int, latency_s: fl
         notes.append(f"hierarchical: no such trial was run; each row is its sra configuration's codec on 1/"
                      f"{workers_per_host} of each bucket, with the steps to target and {study.judged.name} of its "
                      "flat sra trials")
-    return pd.DataFrame(rows, columns=columns(study.judged)), notes + cache_notes
+    return pd.DataFrame(rows, columns=columns(study.judged)), notes + slowdown_notes + cache_notes
 
 
 def stepper(configs: list[Configuration], prof: Profile, compute_s: float, rate: float, target: perfmodel.Cluster,

@@ -1106,13 +1106,17 @@ def test_a_folder_of_gpu_trials_is_predicted_with_a_note_where_no_gpu_profiles_i
     table, notes = predictor.predict(folder, 8e6, 2, 0.0)
     assert list(table["compressor"]) == ["fp32", "qsgd"] and not any("not predicted" in n for n in notes)
     assert notes[-1].startswith("the trials ran on a GPU and this machine has none: the model's profile")
-    # the GPU trials' times as a CPU trial's would be: the same predictions
+    assert "GPU trials: compute taken 18.9% slower while communication overlaps it, Lee et al. 2025's" in notes[-3]
+    assert list(table["overlap_slowdown"]) == [0.189, 0.189]
+    # the GPU trials' times as a CPU trial's would be: the same predictions where nothing overlaps (the one
+    # bucket is ready as backward ends), and none slowed on the CPU
     cpu = tmp_path / "cpu"
     cpu.mkdir()
     write_folder(cpu, [({}, ONE), ({"compressor": "qsgd", "compressor_params": {"bits": 4}, "algorithm": "sra"},
                                    {**ONE, "encode_s": 0.002, "decode_s": 0.001})])
-    same, _ = predictor.predict(cpu, 8e6, 2, 0.0)
+    same, cpu_notes = predictor.predict(cpu, 8e6, 2, 0.0)
     assert list(same["predicted_step_time_s"]) == list(table["predicted_step_time_s"])
+    assert list(same["overlap_slowdown"]) == [0.0, 0.0] and not any("GPU" in n for n in cpu_notes)
 
 
 class TickClock(profile_module.Clock):
