@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..core import rng, wire
-from ..core.base import Compressor, numel
+from ..core.base import Compressor, kernel_module, numel
 from ..core.pairwise import pairwise_sum
 from ..core.params import Param
 from .onebit import GROUPING, GROUPING_CODES, from_groups, group_shape, to_groups, to_groups_numpy, transposes
@@ -167,8 +167,8 @@ class Adaptive(Compressor):
         return from_groups(out.view(rows, cols), shape, self.grouping)
 
     def _encode_numba(self, flat, body, shape, *, step, rank, stream):
-        from ..kernels import select as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("select")
+        f32_section = kernel_module("common").f32_section
 
         groups, length = group_shape(shape, self.grouping)
         head = f32_section(body, 0, 1 + 3 * groups, writable=True)
@@ -184,8 +184,8 @@ class Adaptive(Compressor):
                                             body[4 + 12 * groups:], wide)
 
     def _decode_numba(self, body, shape, out, add):
-        from ..kernels import select as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("select")
+        f32_section = kernel_module("common").f32_section
 
         groups, length = group_shape(shape, self.grouping)
         capacity = self._capacity(out.size)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..core import minifloat, rng, wire
-from ..core.base import Compressor, numel
+from ..core.base import Compressor, kernel_module, numel
 from ..core.params import Param
 
 FORMATS = ("e4m3", "e5m2")
@@ -104,8 +104,8 @@ class FP8(Compressor):
         return (padded * scale[:, None]).reshape(-1)[:n]
 
     def _encode_numba(self, flat, body, shape, *, step, rank, stream):
-        from ..kernels.common import f32_section
-        from ..kernels.minifloat import fp8_encode
+        f32_section = kernel_module("common").f32_section
+        fp8_encode = kernel_module("minifloat").fp8_encode
 
         nb = self._nblocks(flat.size)
         fmt = self.fmt
@@ -114,8 +114,8 @@ class FP8(Compressor):
                    fmt.mbits, fmt.bias, fmt.finite - 1, _NAN_CODE, self.rounding == "stochastic", np.uint32(key))
 
     def _decode_numba(self, body, shape, out, add):
-        from ..kernels.common import f32_section
-        from ..kernels.minifloat import fp8_decode
+        f32_section = kernel_module("common").f32_section
+        fp8_decode = kernel_module("minifloat").fp8_decode
 
         nb = self._nblocks(out.size)
         fp8_decode(body[4 * nb:], f32_section(body, 0, nb), self.block, _code_values(self.format), out, add)

@@ -26,7 +26,7 @@ import torch
 
 from ..core import bits as bitpack
 from ..core import chunks, rng, wire
-from ..core.base import Compressor, numel
+from ..core.base import Compressor, kernel_module, numel
 from ..core.params import Param
 
 
@@ -113,8 +113,8 @@ class MaxMin(Compressor):
 
     def _encode_numba(self, flat: np.ndarray, body: np.ndarray, shape: tuple[int, ...], *, step: int,
                       rank: int, stream: int) -> None:
-        from ..kernels import maxmin as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("maxmin")
+        f32_section = kernel_module("common").f32_section
 
         nb = self._nbuckets(flat.size)
         kernels.encode(flat, rng.stream_key(self.seed, step, rank, stream), self.bits, self.bucket,
@@ -122,8 +122,8 @@ class MaxMin(Compressor):
                        body[8 * nb:])
 
     def _decode_numba(self, body: np.ndarray, shape: tuple[int, ...], out: np.ndarray, add: bool) -> None:
-        from ..kernels import maxmin as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("maxmin")
+        f32_section = kernel_module("common").f32_section
 
         nb = self._nbuckets(out.size)
         kernels.decode(f32_section(body, 0, nb), f32_section(body, 4 * nb, nb), body[8 * nb:], self.bits,

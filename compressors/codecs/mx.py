@@ -30,7 +30,7 @@ import torch
 
 from ..core import bits as bitpack
 from ..core import minifloat, rng, wire
-from ..core.base import Compressor, numel
+from ..core.base import Compressor, kernel_module, numel
 from ..core.params import Param
 
 ELEMENTS = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8")
@@ -122,7 +122,7 @@ class MX(Compressor):
         return torch.from_numpy(_element_values(self.element)).to(device)
 
     def _encode_numba(self, flat, body, shape, *, step, rank, stream):
-        from ..kernels.minifloat import mx_encode
+        mx_encode = kernel_module("minifloat").mx_encode
 
         nb = -(-flat.size // BLOCK)
         stochastic = self.rounding == "stochastic"
@@ -132,7 +132,7 @@ class MX(Compressor):
                   max_code, stochastic, np.uint32(key), np.float32(self._magnitudes()[-1]))
 
     def _decode_numba(self, body, shape, out, add):
-        from ..kernels.minifloat import mx_decode
+        mx_decode = kernel_module("minifloat").mx_decode
 
         nb = -(-out.size // BLOCK)
         mx_decode(body[nb:], body[:nb], self.element_bits, _element_values(self.element), _scale_values(), out, add)

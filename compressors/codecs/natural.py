@@ -25,7 +25,7 @@ import torch
 
 from ..core import bits as bitpack
 from ..core import rng, wire
-from ..core.base import Compressor, numel
+from ..core.base import Compressor, kernel_module, numel
 
 _TOP_FINITE = 254  # the exponent field of 2**127
 _NAN = 0x7FC00000
@@ -64,13 +64,13 @@ class Natural(Compressor):
 
     def _encode_numba(self, flat: np.ndarray, body: np.ndarray, shape: tuple[int, ...], *, step: int,
                       rank: int, stream: int) -> None:
-        from ..kernels import natural as kernels
+        kernels = kernel_module("natural")
 
         n = flat.size
         kernels.encode(flat.view(np.uint32), rng.stream_key(self.seed, step, rank, stream), body[:n], body[n:])
 
     def _decode_numba(self, body: np.ndarray, shape: tuple[int, ...], out: np.ndarray, add: bool) -> None:
-        from ..kernels import natural as kernels
+        kernels = kernel_module("natural")
 
         n = out.size
         kernels.decode(body[:n], body[n:], out, add)

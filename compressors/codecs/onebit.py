@@ -29,7 +29,7 @@ import torch
 
 from ..core import bits as bitpack
 from ..core import chunks, wire
-from ..core.base import Compressor, numel
+from ..core.base import Compressor, kernel_module, numel
 from ..core.pairwise import pairwise_sum
 from ..core.params import Param
 
@@ -78,7 +78,7 @@ def to_groups_numpy(flat: np.ndarray, shape: tuple[int, ...], grouping: str) -> 
     """``to_groups`` for the kernels: the flat, C-contiguous float32 group-major copy (or ``flat``)."""
     if not transposes(shape, grouping):
         return flat
-    from ..kernels.common import transpose
+    transpose = kernel_module("common").transpose
 
     groups, length = group_shape(shape, grouping)
     out = np.empty(flat.size, np.float32)
@@ -143,8 +143,8 @@ class OneBit(Compressor):
         return from_groups(out, shape, self.grouping)
 
     def _encode_numba(self, flat, body, shape, *, step, rank, stream):
-        from ..kernels import onebit as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("onebit")
+        f32_section = kernel_module("common").f32_section
 
         rows, cols = group_shape(shape, self.grouping)
         means = (f32_section(body, 0, rows, writable=True), f32_section(body, 4 * rows, rows, writable=True))
@@ -155,8 +155,8 @@ class OneBit(Compressor):
             kernels.encode(to_groups_numpy(flat, shape, self.grouping), rows, cols, *means, body[8 * rows:])
 
     def _decode_numba(self, body, shape, out, add):
-        from ..kernels import onebit as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("onebit")
+        f32_section = kernel_module("common").f32_section
 
         rows, cols = group_shape(shape, self.grouping)
         means = (f32_section(body, 0, rows), f32_section(body, 4 * rows, rows))

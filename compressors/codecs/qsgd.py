@@ -20,7 +20,7 @@ import torch
 
 from ..core import bits as bitpack
 from ..core import chunks, pairwise, rng, wire
-from ..core.base import Compressor, numel
+from ..core.base import Compressor, kernel_module, numel
 from ..core.params import Param
 
 NORMS = ("max", "l2")
@@ -122,16 +122,16 @@ class QSGD(Compressor):
 
     def _encode_numba(self, flat: np.ndarray, body: np.ndarray, shape: tuple[int, ...], *, step: int,
                       rank: int, stream: int) -> None:
-        from ..kernels import qsgd as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("qsgd")
+        f32_section = kernel_module("common").f32_section
 
         nb = self._nbuckets(flat.size)
         kernels.encode(flat, rng.stream_key(self.seed, step, rank, stream), self.bits, self.bucket,
                        self.norm == "l2", f32_section(body, 0, nb, writable=True), body[4 * nb:])
 
     def _decode_numba(self, body: np.ndarray, shape: tuple[int, ...], out: np.ndarray, add: bool) -> None:
-        from ..kernels import qsgd as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("qsgd")
+        f32_section = kernel_module("common").f32_section
 
         nb = self._nbuckets(out.size)
         kernels.decode(f32_section(body, 0, nb), body[4 * nb:], self.bits, self.bucket, out, add)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..core import rng, wire
-from ..core.base import Compressor, numel
+from ..core.base import Compressor, kernel_module, numel
 from ..core.params import Param
 from .topk import PI_EXAMPLES, count_sent
 
@@ -69,8 +69,8 @@ class RandomK(Compressor):
 
     def _encode_numba(self, flat: np.ndarray, body: np.ndarray, shape: tuple[int, ...], *, step: int,
                       rank: int, stream: int) -> None:
-        from ..kernels import randomk as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("randomk")
+        f32_section = kernel_module("common").f32_section
 
         k = count_sent(self.pi, flat.size)
         key = rng.stream_key(self.seed, step, rank, stream)
@@ -79,8 +79,8 @@ class RandomK(Compressor):
         kernels.encode(flat, _round_keys(key), rng.permutation_half_bits(flat.size), section[1:])
 
     def _decode_numba(self, body: np.ndarray, shape: tuple[int, ...], out: np.ndarray, add: bool) -> None:
-        from ..kernels import randomk as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("randomk")
+        f32_section = kernel_module("common").f32_section
 
         k = count_sent(self.pi, out.size)
         section = f32_section(body, 0, 1 + k)

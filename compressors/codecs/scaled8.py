@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..core import chunks, dynamic_tree, wire
-from ..core.base import Compressor, numel
+from ..core.base import Compressor, kernel_module, numel
 from ..core.params import Param
 
 BLOCK = Param("block", 0, int, low=0, high=2**31 - 1, doc="entries that share one absolute maximum (0: the whole tensor)")
@@ -105,15 +105,15 @@ class _AbsmaxScaled(Compressor):
         return out
 
     def _encode_numba(self, flat, body, shape, *, step, rank, stream, absmax=None):
-        from ..kernels.common import f32_section
+        f32_section = kernel_module("common").f32_section
 
         nb = self._nblocks(flat.size)
         floor = np.float32(0.0 if absmax is None else absmax)
         self._numba_encode(flat, f32_section(body, 0, nb, writable=True), body[4 * nb:], floor)
 
     def _decode_numba(self, body, shape, out, add):
-        from ..kernels import scaled8 as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("scaled8")
+        f32_section = kernel_module("common").f32_section
 
         nb = self._nblocks(out.size)
         codes = body[4 * nb:]
@@ -182,7 +182,7 @@ class _AbsmaxScaled(Compressor):
 
 def _bin_table() -> np.ndarray:
     """dynamic8's bin table (kernels.scaled8._bin_table of its bins), what its CUDA encode reads."""
-    from ..kernels.scaled8 import _bin_table as bin_table
+    bin_table = kernel_module("scaled8")._bin_table
     return bin_table(*_bin_codes())
 
 
@@ -212,7 +212,7 @@ class Dynamic8(_AbsmaxScaled):
         return dynamic_tree.tables(codes.device).value_of_code[codes.long()]
 
     def _numba_encode(self, flat, maxima, codes, floor):
-        from ..kernels import scaled8 as kernels
+        kernels = kernel_module("scaled8")
 
         kernels.dynamic8_encode(flat, self.block, maxima, codes, floor, *_bin_codes())
 
@@ -232,7 +232,7 @@ class Linear8(_AbsmaxScaled):
         return (codes.to(torch.float32) - 127.0) * (1.0 / 127.0)
 
     def _numba_encode(self, flat, maxima, codes, floor):
-        from ..kernels import scaled8 as kernels
+        kernels = kernel_module("scaled8")
 
         kernels.linear8_encode(flat, self.block, maxima, codes, floor)
 

@@ -42,7 +42,7 @@ import torch
 
 from ..core import bits as bitpack
 from ..core import wire
-from ..core.base import Compressor, numel
+from ..core.base import Compressor, kernel_module, numel
 from ..core.pairwise import pairwise_sum
 
 # What sets the scale, as the kernels number it.
@@ -78,14 +78,14 @@ class _ScaledSign(Compressor):
 
     def _encode_numba(self, flat: np.ndarray, body: np.ndarray, shape: tuple[int, ...], *, step: int,
                       rank: int, stream: int) -> None:
-        from ..kernels import signs as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("signs")
+        f32_section = kernel_module("common").f32_section
 
         kernels.encode(flat, self.scale_kind, f32_section(body, 0, 1, writable=True), body[4:])
 
     def _decode_numba(self, body: np.ndarray, shape: tuple[int, ...], out: np.ndarray, add: bool) -> None:
-        from ..kernels import signs as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("signs")
+        f32_section = kernel_module("common").f32_section
 
         kernels.decode(f32_section(body, 0, 1), body[4:], out, add)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..core.base import kernel_module
 from ..core.pairwise import pairwise_sum
 from ..core.params import Param
 from .qsgd import QSGD
@@ -61,7 +62,7 @@ class TernGrad(QSGD):
     def _encode_numba(self, flat: np.ndarray, body: np.ndarray, shape: tuple[int, ...], *, step: int,
                       rank: int, stream: int) -> None:
         if self.clip != 0.0 and flat.size:
-            from ..kernels import terngrad as kernels
+            kernels = kernel_module("terngrad")
 
             clipped = np.empty_like(flat)
             kernels.clip(flat, self.clip, clipped)

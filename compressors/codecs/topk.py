@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..core import wire
-from ..core.base import Compressor, numel
+from ..core.base import Compressor, kernel_module, numel
 from ..core.params import Param
 
 PI = Param("pi", 0.01, float, low=0.0, high=1.0, low_open=True,
@@ -94,16 +94,16 @@ class TopK(Compressor):
         return out
 
     def _encode_numba(self, flat, body, shape, *, step, rank, stream):
-        from ..kernels import select as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("select")
+        f32_section = kernel_module("common").f32_section
 
         k = count_sent(self.pi, flat.size)
         kernels.topk_encode(flat.view(np.uint32), f32_section(body, 0, k, writable=True).view(np.uint32),
                             f32_section(body, 4 * k, k, writable=True).view(np.int32))
 
     def _decode_numba(self, body, shape, out, add):
-        from ..kernels import select as kernels
-        from ..kernels.common import f32_section
+        kernels = kernel_module("select")
+        f32_section = kernel_module("common").f32_section
 
         k = count_sent(self.pi, out.size)
         idx = f32_section(body, 4 * k, k).view(np.int32)

@@ -118,24 +118,21 @@ def allgather_compressed(tensors: list[torch.Tensor], keys: list[int], compresso
         return stats
     rank, world = world_of(groups[0])
     phases = _Phases(stats, tensors[0].device)
-    payloads = []
-    for key, t in zip(keys, tensors):
-        v = _compensate(ef, key, t)
-        payload = compressor.encode(v, step=step, rank=rank, stream=_stream(key, 0, world))
-        if ef is not None:
-            ef.update(key, v, compressor.decode(payload))
-        payloads.append(payload)
-    mine = torch.cat(payloads)
+    vs = [_compensate(ef, key, t) for key, t in zip(keys, tensors)]
+    # the bucket's tensors in one call each way: one payload, a header per tensor
+    mine = compressor.encode_many(vs, step=step, rank=rank, streams=[_stream(key, 0, world) for key in keys])
+    if ef is not None:
+        decoded = [torch.empty(v.shape, dtype=torch.float32, device=v.device) for v in vs]
+        compressor.decode_many(mine, decoded)
+        for key, v, d in zip(keys, vs, decoded):
+            ef.update(key, v, d)
     gathered = torch.empty(world * mine.numel(), dtype=torch.uint8, device=mine.device)
     phases.charge("encode")
     phases.collective((yield _gather_into(gathered, mine, world, groups[0])))
-    sizes = [p.numel() for p in payloads]
-    for i, t in enumerate(tensors):
-        start = sum(sizes[:i])
-        total = torch.zeros(t.shape, dtype=torch.float32, device=t.device)
-        for r in range(world):  # decode-add: one pass per payload where the kernels allow
-            base = r * mine.numel() + start
-            compressor.decode(gathered[base:base + sizes[i]], out=total, add=True)
+    totals = [torch.zeros(t.shape, dtype=torch.float32, device=t.device) for t in tensors]
+    for r in range(world):  # decode-add: one pass per payload where the kernels allow
+        compressor.decode_many(gathered[r * mine.numel():(r + 1) * mine.numel()], totals, add=True)
+    for t, total in zip(tensors, totals):
         t.copy_(total.div_(world))
     phases.charge("decode")
     stats.bytes_sent = accounting.allgather_bytes(mine.numel(), world)
@@ -213,27 +210,32 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     device = tensors[0].device
     phases = _Phases(stats, device)
     layout = []  # per tensor: (shape, chunk bounds per rank, axis of the chunks)
-    per_dest: list[list[torch.Tensor]] = [[] for _ in range(world)]
+    vs, absmaxes = [], []
     for key, t in zip(keys, tensors):
         shape2 = wire.matrix_shape(tuple(t.shape))
         axis = chunk_axis(tuple(t.shape), compressor)
-        bounds = split(tuple(t.shape), world, key, axis)
-        layout.append((tuple(t.shape), bounds, axis))
-        flat = t.dim() < 2
+        layout.append((tuple(t.shape), split(tuple(t.shape), world, key, axis), axis))
         # The residual lives in the 2-D view's shape, step after step.
         v = _compensate(ef, key, t.reshape(shape2))
-        scale = {"absmax": float(v.abs().amax())} if compressor.scales_by_tensor and v.numel() else {}
-        decoded = []
+        vs.append(v)
+        absmaxes.append(float(v.abs().amax()) if compressor.scales_by_tensor and v.numel() else None)
+    # per destination, its chunk of every tensor in one call: one payload, a header per chunk
+    per_dest = []
+    for r in range(world):
+        chunks = [_chunk(v, bounds[r], axis, len(shape) < 2) for v, (shape, bounds, axis) in zip(vs, layout)]
+        per_dest.append(compressor.encode_many(chunks, step=step, rank=rank,
+                                               streams=[_stream(key, r, world) for key in keys],
+                                               absmaxes=absmaxes if compressor.scales_by_tensor else None))
+    if ef is not None:
+        decoded = [[torch.empty(chunk_shape(s, b[r], a), dtype=torch.float32, device=device) for s, b, a in layout]
+                   for r in range(world)]
         for r in range(world):
-            payload = compressor.encode(_chunk(v, bounds[r], axis, flat), step=step, rank=rank,
-                                        stream=_stream(key, r, world), **scale)
-            per_dest[r].append(payload)
-            if ef is not None:
-                decoded.append(compressor.decode(payload))
-        if ef is not None:
-            ef.update(key, v, torch.cat(decoded, dim=axis).reshape(shape2))
-    send_sizes = [sum(p.numel() for p in ps) for ps in per_dest]
-    send = torch.cat([p for ps in per_dest for p in ps])
+            compressor.decode_many(per_dest[r], decoded[r])
+        for i, (key, v, (shape, _, axis)) in enumerate(zip(keys, vs, layout)):
+            ef.update(key, v, torch.cat([decoded[r][i].reshape(chunk_shape(shape, layout[i][1][r], axis))
+                                         for r in range(world)], dim=axis).reshape(v.shape))
+    send_sizes = [p.numel() for p in per_dest]
+    send = torch.cat(per_dest)
     # What every rank sends to me has the size of my chunks' payloads.
     my_sizes = [compressor.payload_nbytes(chunk_shape(s, b[rank], a)) for s, b, a in layout]
     recv = torch.empty(world * sum(my_sizes), dtype=torch.uint8, device=device)
@@ -249,14 +251,12 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     phases.collective((yield work))
 
     # Server side: average my chunk of every tensor, re-encode it.
-    means = []
-    for i, (shape, bounds, axis) in enumerate(layout):
-        total = torch.zeros(chunk_shape(shape, bounds[rank], axis), dtype=torch.float32, device=device)
-        for r in range(world):
-            start = r * sum(my_sizes) + sum(my_sizes[:i])
-            compressor.decode(recv[start:start + my_sizes[i]], out=total, add=True)
-        total /= world
-        means.append(_compensate(server_ef, keys[i], total))
+    totals = [torch.zeros(chunk_shape(shape, bounds[rank], axis), dtype=torch.float32, device=device)
+              for shape, bounds, axis in layout]
+    mine_total = sum(my_sizes)
+    for r in range(world):  # rank r's chunks of mine, added in rank order
+        compressor.decode_many(recv[r * mine_total:(r + 1) * mine_total], totals, add=True)
+    means = [_compensate(server_ef, key, total.div_(world)) for key, total in zip(keys, totals)]
     phases.charge("decode")
     scales: list[dict[str, float]] = [{} for _ in means]
     if compressor.scales_by_tensor:
@@ -268,14 +268,14 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
         phases.collective((yield work))
         scales = [{"absmax": float(m)} for m in maxima.tolist()]
         stats.bytes_sent += accounting.ring_allreduce_bytes(maxima.numel() * 4, world)
-    server_payloads = []
-    for key, w, scale in zip(keys, means, scales):
-        payload = compressor.encode(w, step=step, rank=rank, stream=_stream(key, world, world), **scale)
-        if server_ef is not None:
-            server_ef.update(key, w, compressor.decode(payload))
-        server_payloads.append(payload)
-        phases.charge("encode")
-    mine = torch.cat(server_payloads)
+    mine = compressor.encode_many(means, step=step, rank=rank, streams=[_stream(key, world, world) for key in keys],
+                                  absmaxes=[sc.get("absmax") for sc in scales] if compressor.scales_by_tensor else None)
+    if server_ef is not None:
+        decoded_means = [torch.empty(w.shape, dtype=torch.float32, device=device) for w in means]
+        compressor.decode_many(mine, decoded_means)
+        for key, w, d in zip(keys, means, decoded_means):
+            server_ef.update(key, w, d)
+    phases.charge("encode")
 
     # Chunks differ in size by a row at most; all_gather needs equal sizes, so pad.
     sizes_of = [[compressor.payload_nbytes(chunk_shape(s, b[r], a)) for s, b, a in layout] for r in range(world)]
@@ -286,15 +286,17 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
     phases.charge("encode")
     phases.collective((yield _gather_into(gathered, padded, world, groups[1])))
 
-    for i, (t, (shape, bounds, axis)) in enumerate(zip(tensors, layout)):
-        whole = torch.empty(wire.matrix_shape(shape), dtype=torch.float32, device=device)
-        for r in range(world):
-            start = r * width + sum(sizes_of[r][:i])
-            payload = gathered[start:start + sizes_of[r][i]]
-            if axis == 0:  # each rank's rows decode in place
-                compressor.decode(payload, out=whole[bounds[r][0]:bounds[r][1]])
-            else:
-                whole[:, bounds[r][0]:bounds[r][1]] = compressor.decode(payload)
+    wholes = [torch.empty(wire.matrix_shape(shape), dtype=torch.float32, device=device) for shape, _, _ in layout]
+    for r in range(world):
+        # each rank's rows decode in place; its columns into a piece, then into place
+        outs = [whole[bounds[r][0]:bounds[r][1]] if axis == 0 else
+                torch.empty(chunk_shape(shape, bounds[r], axis), dtype=torch.float32, device=device)
+                for whole, (shape, bounds, axis) in zip(wholes, layout)]
+        compressor.decode_many(gathered[r * width:r * width + sum(sizes_of[r])], outs)
+        for whole, out, (_, bounds, axis) in zip(wholes, outs, layout):
+            if axis == 1:
+                whole[:, bounds[r][0]:bounds[r][1]] = out
+    for t, whole in zip(tensors, wholes):
         t.copy_(whole.reshape(t.shape))
     phases.charge("decode")
     stats.bytes_sent += accounting.alltoall_bytes(send_sizes, rank) + accounting.allgather_bytes(width, world)

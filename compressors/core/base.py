@@ -11,10 +11,12 @@ kernels and Numba or CuPy is installed, else the reference.
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import math
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,6 +39,13 @@ def _as_f32(value: float) -> float:
 @functools.cache
 def numba_installed() -> bool:
     return importlib.util.find_spec("numba") is not None
+
+
+@functools.cache
+def kernel_module(name: str) -> Any:
+    """``compressors.kernels.<name>``, imported on a codec's first call that needs it (Numba compiles or loads
+    its cache on import), then kept: an import statement in every call costs more than a small kernel."""
+    return importlib.import_module(f"compressors.kernels.{name}")
 
 
 @functools.cache
@@ -304,6 +313,84 @@ class Compressor(ABC):
             out.view(-1).copy_(values)
         return out.view(header.shape)
 
+    def encode_many(self, xs: Sequence[torch.Tensor], *, step: int = 0, rank: int = 0, streams: Sequence[int],
+                    absmaxes: Sequence[float | None] | None = None) -> torch.Tensor:
+        """The payloads of ``xs`` back to back in one uint8 tensor: byte for byte ``torch.cat`` of each
+        ``encode(xs[i], step=step, rank=rank, stream=streams[i], absmax=absmaxes[i])`` (a bucket's tensors in
+        one call). Where the Numba kernels run, the checks and the code path are settled once for the call
+        and a tensor costs its header's copy and its kernel; elsewhere (the reference, CUDA) it is those
+        encodes."""
+        if len(streams) != len(xs) or (absmaxes is not None and len(absmaxes) != len(xs)):
+            raise ValueError(f"{self.name}: encode_many takes a stream (and an absmax, where given) per tensor: "
+                             f"{len(xs)} tensors, {len(streams)} streams")
+        absmaxes = absmaxes if absmaxes is not None else [None] * len(xs)
+        if not xs:
+            return torch.empty(0, dtype=torch.uint8)
+        device = xs[0].device
+        path = self._path(device) if all(torch.is_tensor(x) and x.device == device for x in xs) else None
+        cast = path == "torch" and self.cast_dtype is not None and device.type == "cpu"
+        if path != "numba" and not cast:
+            return torch.cat([self.encode(x, step=step, rank=rank, stream=stream, absmax=absmax)
+                              for x, stream, absmax in zip(xs, streams, absmaxes)])
+        for x, absmax in zip(xs, absmaxes):
+            if not x.is_floating_point():
+                raise TypeError(f"{self.name}: expected a floating-point tensor, got one of {x.dtype}")
+            if absmax is not None and not self.scales_by_tensor:
+                raise ValueError(f"{self.name}: an absmax is for a method that scales by the whole tensor, not "
+                                 f"{self!r}")
+        made = [self._header(tuple(x.shape), x.dtype if x.dtype in wire.DTYPE_CODES else torch.float32) for x in xs]
+        payload = torch.empty(sum(len(header) + body for header, _, body in made), dtype=torch.uint8)
+        array = payload.numpy()
+        at = 0
+        for x, stream, absmax, (header, _, body_nbytes) in zip(xs, streams, absmaxes, made):
+            array[at:at + len(header)] = header
+            at += len(header)
+            if cast:  # the cast straight into the payload
+                _cast_into(x.detach().reshape(-1).to(torch.float32), payload[at:at + body_nbytes], self.cast_dtype)
+                at += body_nbytes
+                continue
+            extra = {} if absmax is None else {"absmax": absmax}
+            # A body is written in place where it starts on 8 bytes (its float32 sections aligned), else into
+            # a scratch copied there.
+            body = array[at:at + body_nbytes] if at % 8 == 0 else np.empty(body_nbytes, np.uint8)
+            self._encode_numba(_flat_f32_numpy(x), body, tuple(x.shape), step=step, rank=rank, stream=stream,
+                               **extra)
+            if at % 8:
+                array[at:at + body_nbytes] = body
+            at += body_nbytes
+        return payload
+
+    def decode_many(self, payload: torch.Tensor, outs: Sequence[torch.Tensor], *, add: bool = False) -> None:
+        """Decode ``encode_many``'s payloads, back to back in ``payload``, into ``outs`` (a float32 tensor of as
+        many elements per payload, contiguous), adding with ``add``: each as ``decode(part, out=outs[i],
+        add=add)`` would, in one call. PayloadError where the payloads do not fill ``payload`` exactly."""
+        path = self._path(payload.device) if torch.is_tensor(payload) else "torch"
+        cast = path == "torch" and self.cast_dtype is not None and payload.device.type == "cpu"
+        if path != "numba" and not cast:
+            at = 0
+            for out in outs:
+                header = wire.read_header(payload[at:at + _first_nbytes(payload, at)])
+                size = header.nbytes + header.body_nbytes
+                self.decode(payload[at:at + size], out=out, add=add)
+                at += size
+            _check_filled(self.name, at, payload.numel())
+            return
+        array = payload.contiguous().numpy()
+        at = 0
+        for out in outs:
+            header = wire.read_header_at(array, at)
+            if header not in self._accepted:
+                self._accept(header)
+            _check_out(self.name, out, torch.float32, header.numel, payload.device)
+            start = at + header.nbytes
+            if cast:  # one pass from the payload into out
+                values = wire.section(payload, start, header.numel, self.cast_dtype)
+                (out.view(-1).add_ if add else out.view(-1).copy_)(values)
+            else:
+                self._decode_numba(array[start:start + header.body_nbytes], header.shape, out.view(-1).numpy(), add)
+            at = start + header.body_nbytes
+        _check_filled(self.name, at, array.size)
+
     def _accept(self, header: wire.Header) -> None:
         """Check that this decoder reads ``header``'s payloads (codec, parameters, body size)."""
         if header.codec != self.name:
@@ -352,6 +439,20 @@ class Compressor(ABC):
 
 
 _HEADERS_KEPT = 1024  # headers a codec keeps (``Compressor._header``)
+
+
+def _first_nbytes(payload: torch.Tensor, at: int) -> int:
+    """The size of the payload at byte ``at`` of payloads back to back, from its header's fixed part."""
+    head = wire._host_bytes(payload[at:], min(payload.numel() - at, wire.header_nbytes(wire.MAX_NDIM)))
+    if len(head) < wire.HEADER_FIXED_NBYTES:
+        raise wire.PayloadError(f"payload truncated: {len(head)} bytes, the header alone needs "
+                                f"{wire.HEADER_FIXED_NBYTES}")
+    return wire.header_nbytes(head[7]) + struct.unpack_from("<Q", head, 32)[0]  # byte 7: ndim; 32: the body's size
+
+
+def _check_filled(name: str, used: int, total: int) -> None:
+    if used != total:
+        raise wire.PayloadError(f"{name}: the payloads take {used} bytes of {total}: one per out, back to back")
 
 
 def _check_not_meta(name: str, tensor: torch.Tensor) -> None:

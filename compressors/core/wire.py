@@ -24,6 +24,7 @@ import math
 import struct
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from . import registry
@@ -90,10 +91,30 @@ def read_header(payload: torch.Tensor) -> Header:
     if total < HEADER_FIXED_NBYTES:
         raise PayloadError(f"payload truncated: {total} bytes, the header alone needs {HEADER_FIXED_NBYTES}")
     # One read of the longest header there can be (one copy from a GPU), the shape parsed from it below.
-    head = _host_bytes(payload, min(total, header_nbytes(MAX_NDIM)))
+    header = _parse(_host_bytes(payload, min(total, header_nbytes(MAX_NDIM))), total)
+    if total != header.nbytes + header.body_nbytes:
+        raise PayloadError(f"payload is {total} bytes, its header says {header.nbytes + header.body_nbytes}")
+    return header
+
+
+def read_header_at(array: np.ndarray, start: int) -> Header:
+    """Parse and check the header of the payload at byte ``start`` of a host buffer of payloads back to back
+    (uint8 ``array``): the payload must fit in what follows ``start``."""
+    room = array.size - start
+    if room < HEADER_FIXED_NBYTES:
+        raise PayloadError(f"payload truncated: {room} bytes, the header alone needs {HEADER_FIXED_NBYTES}")
+    header = _parse(array[start:start + min(room, header_nbytes(MAX_NDIM))].tobytes(), room)
+    if room < header.nbytes + header.body_nbytes:
+        raise PayloadError(f"payload truncated: {room} bytes, its header says {header.nbytes + header.body_nbytes}")
+    return header
+
+
+def _parse(head: bytes, room: int) -> Header:
+    """The header at the start of ``head`` (the first bytes of at most ``room`` there are), checked but for
+    the payload's length, which the callers check against theirs."""
     # A training step decodes the same headers every step: one read and checked before is looked up.
     known = _READ.get(head[:header_nbytes(head[7])])  # byte 7: ndim
-    if known is not None and total == known.nbytes + known.body_nbytes:
+    if known is not None:
         return known
     magic, version, codec_id, dtype_code, ndim, p0, p1, p2, p3, numel, body = _FIXED.unpack_from(head)
     if magic != MAGIC:
@@ -108,13 +129,11 @@ def read_header(payload: torch.Tensor) -> Header:
     if ndim > MAX_NDIM:
         raise PayloadError(f"payload claims {ndim} dimensions, at most {MAX_NDIM} are valid")
     hdr_len = header_nbytes(ndim)
-    if total < hdr_len:
-        raise PayloadError(f"payload truncated: {total} bytes, the header needs {hdr_len}")
+    if room < hdr_len:
+        raise PayloadError(f"payload truncated: {room} bytes, the header needs {hdr_len}")
     shape = _SHAPES[ndim].unpack_from(head, HEADER_FIXED_NBYTES)
     if numel > MAX_NUMEL or any(d > MAX_NUMEL for d in shape) or math.prod(shape) != numel:
         raise PayloadError(f"payload shape {shape} does not match its element count {numel}")
-    if total != hdr_len + body:
-        raise PayloadError(f"payload is {total} bytes, its header says {hdr_len + body}")
     header = Header(codec, _DTYPES[dtype_code], tuple(shape), numel, (p0, p1, p2, p3), body)
     if len(_READ) >= _READ_KEPT:  # a reader of ever new headers keeps only recent ones
         _READ.clear()

@@ -167,14 +167,15 @@ def _failing(rank: int, world: int, where: str, overlap: bool) -> str:
     state.register(ddp_model)
     _KEPT.append((ddp_model, state))
     codec = state.reducer.codec
-    original = getattr(codec, where)
+    # the collectives encode and decode a bucket's tensors in one call
+    original = getattr(codec, f"{where}_many")
 
     def broken(*args, **kwargs):
         if rank == 0 and state.reducer.step == 2:
             raise RuntimeError(f"{where} failed on purpose")
         return original(*args, **kwargs)
 
-    setattr(codec, where, broken)
+    setattr(codec, f"{where}_many", broken)
     x, y = mlp_data(rank)
     try:
         for t in range(4):
