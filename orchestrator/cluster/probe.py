@@ -11,18 +11,15 @@ latency per message is the model's alpha: the median all_reduce of one float ove
 ring sends in turn.
 
 ``lowprec predict --link FILE`` takes the largest all_reduce's bus bandwidth and that latency in place of
-``--bandwidth`` and ``--latency``.
+``--bandwidth`` and ``--latency``: the file's ``bandwidth_bps`` and ``latency_s`` (orchestrator.predict.link reads
+them).
 """
 from __future__ import annotations
 
 import datetime
-import json
-import math
 import socket
 import statistics
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,13 +29,6 @@ BACKENDS = ("gloo", "nccl")
 DEFAULT_SIZES = (1 << 20, 16 << 20, 64 << 20)  # bytes a rank
 LATENCY_REPEATS = 21
 _TIMEOUT_S = 300.0  # the whole probe: Ray's placement, the group's rendezvous, every collective
-
-
-@dataclass(frozen=True)
-class Link:
-    """What ``predict`` takes of a probe: each worker's link to the others, as the ring sees it."""
-    bandwidth_bps: float  # bits per second each way: the largest all_reduce's bus bandwidth
-    latency_s: float
 
 
 def bus_bandwidth(op: str, nbytes: int, seconds: float, world: int) -> tuple[float, float]:
@@ -150,16 +140,3 @@ def probe(address: str | None, nodes: int | None, backend: str, sizes: tuple[int
     nodes_seen = sorted({f["node"] for f in found})
     return {**{k: v for k, v in found[0].items() if k != "node"}, "backend": backend, "nodes": nodes_seen,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-
-
-def read_link(path: Path) -> Link:
-    """The link a probe's file describes; ValueError, one line naming the file, where it is not one."""
-    try:
-        data = json.loads(Path(path).read_text())
-        link = Link(float(data["bandwidth_bps"]), float(data["latency_s"]))
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"--link {path} is not a probe's file of lowprec cluster probe ({error})") from None
-    if not (0 < link.bandwidth_bps < math.inf and 0 <= link.latency_s < math.inf):
-        raise ValueError(f"--link {path}: its bandwidth_bps must be above 0 and its latency_s at least 0, both "
-                         f"finite, got {link.bandwidth_bps!r} and {link.latency_s!r}")
-    return link

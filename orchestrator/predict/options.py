@@ -269,7 +269,7 @@ def step_values(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
 def from_link(values: dict[str, Any]) -> str | None:
     """Where ``--link`` is given, its bandwidth and latency written into ``values`` as the flags would give
     them; the line refusing the file, both it and --bandwidth, or neither (None where all is well)."""
-    from ..cluster.probe import read_link
+    from .link import read_link
 
     if values.get("link") is None:
         return None if values["bandwidth"] is not None else "--bandwidth RATE or --link FILE is needed"

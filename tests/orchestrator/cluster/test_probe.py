@@ -12,6 +12,7 @@ import torch.multiprocessing as mp
 
 from orchestrator import cli
 from orchestrator.cluster import probe
+from orchestrator.predict import link as links
 from orchestrator.predict import measure, predictor
 from tests.orchestrator.predict.test_predictor import ONE, PROFILE, write_folder
 
@@ -53,7 +54,7 @@ def test_predict_with_a_probes_file_is_predict_with_its_link(tmp_path, monkeypat
     write_folder(folder, [({}, ONE), ({"compressor": "qsgd", "algorithm": "sra"}, {**ONE, "encode_s": 0.002})])
     link = tmp_path / "link.json"
     link.write_text(json.dumps({"bandwidth_bps": 9.6e9, "latency_s": 3.4e-6, "backend": "gloo"}))
-    assert probe.read_link(link) == probe.Link(9.6e9, 3.4e-6)
+    assert links.read_link(link) == links.Link(9.6e9, 3.4e-6)
     assert cli.main(["predict", str(folder), "--num_workers", "4", "--link", str(link)]) == 0
     by_link = folder / "predictions" / "9600000kbit_4w_3400ns_overlap-true_x1.csv"
     assert capsys.readouterr().out.splitlines()[-1] == f"saved {by_link}"
