@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from .study.records import read_records, write_atomic
 
     values = options.values(args)
-    problem = options.from_link(values)
+    problem = options.from_link(values, latency_given=args.latency is not None)
     if problem:
         return _usage(problem)
     if args.command == "predict" and args.results is None:
@@ -119,6 +119,9 @@ def _run_from_step(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from .predict.plan import cluster
     from .study.records import write_atomic
 
+    if args.compute_scale is not None:
+        return _usage("--compute_scale is for a results folder (its trials' machine against the target's): "
+                      "--step_time is the target's own")
     step, problem = options.step_values(args)
     problem = problem or options.problems(values) or next(
         filter(None, map(from_step.compressor_problem, step["compressors"])), None)

@@ -11,8 +11,8 @@ keyed permutation of 0..n-1 (``permuted``): a 4-round Feistel network on
 2h-bit integers (the smallest h >= 1 with 4**h >= n), whose round function is
 the element hash above under a key per round, walked in cycles until it lands
 below n (Black and Rogaway's cycle walking). A permutation, so the k indices
-are distinct without a check, each computed on its own (k hashes, not n), and
-below 4n, so a walk takes under four rounds of the network on average.
+are distinct without a check, each computed on its own (k hashes, not n); the
+network's domain is at most 4n, so a walk takes at most four rounds of it on average.
 """
 from __future__ import annotations
 

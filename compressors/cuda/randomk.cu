@@ -1,5 +1,5 @@
 // Random-k (compressors/codecs/randomk.py): the first k of compressors/core/rng.py's keyed permutation of
-// 0..n-1 (kernels/randomk.py's _index), value j the entry at index j. A thread per index: no sort, no
+// 0..n-1 (kernels/randomk.py's _indices), value j the entry at index j. A thread per index: no sort, no
 // selection over n. Encode gathers x; decode clears out (or adds +0.0 to it) and writes the values.
 
 #define RANDOMK_ROUNDS 4

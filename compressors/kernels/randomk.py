@@ -2,7 +2,7 @@
 permutation, each index drawn on its own (k hashes a network round, not n).
 
 The network's pass over every j has no branch and vectorises (32-bit steps: mul32, shr32); the
-few indices that land at or above n (fewer than 3 in 4 for any n) walk on one by one after it.
+few indices that land at or above n (at most 3 in 4, for n = 1; fewer for larger n) walk on one by one after it.
 """
 from __future__ import annotations
 
@@ -52,8 +52,8 @@ def encode(x, keys, half, values):
 def decode(keys, half, values, out, add):
     """out[index j] = values[j], the rest of ``out`` +0.0 (the caller zeroes it first; numpy's fill
     runs at memset's speed, a loop here at 2/3 of it); with ``add``: out + value at the chosen
-    entries and out + 0.0 elsewhere, as the reference's dense add (a -0.0 there becomes +0.0; the
-    other entries are only read)."""
+    entries and out + 0.0 elsewhere, as the reference's dense add (a -0.0 there becomes +0.0, a
+    signalling NaN quiet; the other entries are only read)."""
     k = values.size
     idx = np.empty(k, np.int64)
     _indices(keys, half, out.size, idx)
@@ -65,7 +65,8 @@ def decode(keys, half, values, out, add):
     for j in range(k):
         old[j] = out[idx[j]]
     for i in range(out.size):
-        if f32_bits(out[i]) == U32(0x80000000):
-            out[i] = F32(0.0)
+        v = out[i]
+        if f32_bits(v) == U32(0x80000000) or v != v:  # -0.0 becomes +0.0 and a signalling NaN quiet, as + 0.0 does
+            out[i] = v + F32(0.0)
     for j in range(k):
         out[idx[j]] = old[j] + values[j]

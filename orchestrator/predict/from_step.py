@@ -6,7 +6,7 @@ step on one device of the target; no results folder, no trial.
   batch of ``input_shape`` and scaled to ``step_time``, as a folder's profile is scaled to its fp32 trial.
 - Each configuration's one-worker times as a trial would record them: the casts' (fp16, bf16) device work,
   the codecs' encodes and decodes (an sra trial on one worker encodes and decodes the compressible elements
-  twice, an allgather one once), from the codec's speed in GB/s of float32 input: a recorded kernel table
+  twice, an allgather one, DGC's, once), from the codec's speed in GB/s of float32 input: a recorded kernel table
   of the target's device (``codec_table``: a ``benchmarks/compressor_bench.py`` JSON), or measured here and
   scaled as the step is (this machine's step over ``step_time``); a note says which.
 - The reduction rate: measured here and scaled the same way.
@@ -31,7 +31,7 @@ import torch
 
 import compressors
 import workloads
-from compressors.core.registry import hook_only, optimizer_method
+from compressors.core.registry import default_algorithm, hook_only, optimizer_method
 
 from . import measure, perfmodel
 from .plan import DeviceScale
@@ -91,10 +91,10 @@ def profile_here(model: Model) -> Profile:
 
 
 def default_settings(compressor: str) -> dict[str, Any]:
-    """The settings of a configuration of ``compressor`` with its default parameters and algorithm (the
-    casts all_reduce, the codecs sra), as the predictor's plans read them."""
-    return {"compressor": compressor, "compressor_params": None,
-            "algorithm": "allreduce" if compressor in CAST_ITEMSIZE else "sra",
+    """The settings of a configuration of ``compressor`` with its default parameters and algorithm (the casts
+    all_reduce, the codecs sra unless a codec names its own: DGC's allgather), as the predictor's plans read
+    them."""
+    return {"compressor": compressor, "compressor_params": None, "algorithm": default_algorithm(compressor),
             "min_compress_numel": MIN_COMPRESS_NUMEL, "bucket_cap_mb": None, "intra": None, "inter": None}
 
 
@@ -161,8 +161,9 @@ def configuration(name: str, step_time_s: float, shapes: Sequence[tuple[int, ...
     if name in CAST_ITEMSIZE:
         # a cast's device work runs inside its all_reduce: the one-worker trial records it as exposed
         exposed = 0.0 if name == "fp32" else seconds("encode", total) + seconds("decode", total)
-    else:  # sra on one worker: its chunk, then its server chunk, each encoded and decoded
-        encode, decode = 2 * seconds("encode", compressible), 2 * seconds("decode", compressible)
+    else:  # sra on one worker: its chunk, then its server chunk, each encoded and decoded; allgather once
+        times = 2 if settings["algorithm"] == "sra" else 1
+        encode, decode = times * seconds("encode", compressible), times * seconds("decode", compressible)
     return Configuration(name, settings, step_time_s, encode, decode, exposed)
 
 

@@ -63,14 +63,15 @@ def _cached_rate(data: dict[str, Any]) -> float | None:
     return rate if 0 < rate < math.inf else None
 
 
-def _cached_profile(workload: str) -> Callable[[dict[str, Any]], Profile | None]:
-    """A reader of a cached profile of ``workload``: None (measure again) for another workload's (a hash
-    collision), or for times no step takes (an edit)."""
+def _cached_profile(workload: str, device: str) -> Callable[[dict[str, Any]], Profile | None]:
+    """A reader of a cached profile of ``workload`` measured on a ``device`` (cpu, cuda): None (measure again)
+    for another workload's (a hash collision), another device's (a GPU here now), or for times no step takes
+    (an edit)."""
     def read(data: dict[str, Any]) -> Profile | None:
         found = Profile.from_json(data["profile"])
         times = [found.fwd_s, found.bwd_s, found.opt_s, *(ready for _, ready in found.params)]
         usable = all(math.isfinite(t) and t >= 0 for t in times) and found.fwd_s + found.bwd_s + found.opt_s > 0
-        return found if usable and data["workload"] == workload else None
+        return found if usable and data["workload"] == workload and data.get("device", "cpu") == device else None
     return read
 
 
@@ -84,17 +85,19 @@ def measured(results: Path, settings: dict[str, Any], prof: Profile | None = Non
     profile_path = cache / f"profile-{hashlib.sha256(workload.encode()).hexdigest()[:16]}.json"
     rate_path = cache / "reduce.json"
     made: dict[Path, str] = {}
+    device = device_of(settings).type
+    measured_here = prof is None
     if prof is None:
-        prof = _cached(profile_path, _cached_profile(workload))
+        prof = _cached(profile_path, _cached_profile(workload, device))
         if prof is None:
             prof = profile(settings)
-            made[profile_path] = json.dumps({"workload": workload, "profile": prof.to_json()})
+            made[profile_path] = json.dumps({"workload": workload, "device": device, "profile": prof.to_json()})
     rate = _cached(rate_path, _cached_rate)
     if rate is None:
         rate = reduction_rate()
         made[rate_path] = json.dumps({"reduce_bps": rate})
     notes = _write_cache(cache, made, profile_path)
-    if profile_path in made and settings.get("use_gpu") and device_of(settings).type != "cuda":
+    if measured_here and settings.get("use_gpu") and device != "cuda":
         notes.append("the trials ran on a GPU and this machine has none: the model's profile (its split of the "
                      "step, when each gradient is ready) was measured on this CPU, then scaled to the fp32 trial's "
                      "compute time")

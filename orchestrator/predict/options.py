@@ -190,6 +190,8 @@ def _is_valid(opt: Option, value: Any, values: Mapping[str, Any]) -> bool:
 def problem(opt: Option, values: Mapping[str, Any]) -> str | None:
     """The one line that refuses ``opt``'s value among ``values``, or None."""
     value = values[opt.param.name]
+    if value is None and opt.param.default is None and not opt.param.nullable:
+        return f"--{opt.param.name} {opt.metavar} is needed"
     if _is_valid(opt, value, values):
         return None
     return f"--{opt.param.name} must be {valid(opt, values)}, got {value!r}"
@@ -266,19 +268,24 @@ def step_values(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     return out, None
 
 
-def from_link(values: dict[str, Any]) -> str | None:
+def from_link(values: dict[str, Any], latency_given: bool) -> str | None:
     """Where ``--link`` is given, its bandwidth and latency written into ``values`` as the flags would give
-    them; the line refusing the file, both it and --bandwidth, or neither (None where all is well)."""
+    them; the line refusing the file, it beside --bandwidth or --latency (``latency_given``), or no link at all
+    (None where all is well)."""
     from .link import read_link
 
     if values.get("link") is None:
         return None if values["bandwidth"] is not None else "--bandwidth RATE or --link FILE is needed"
-    if values["bandwidth"] is not None:
-        return "--bandwidth and --link both give the link: give one"
+    if values["bandwidth"] is not None or latency_given:
+        return f"--{'bandwidth' if values['bandwidth'] is not None else 'latency'} and --link both give the link: give one"
     try:
         link = read_link(Path(values["link"]))
     except ValueError as error:
         return str(error)
+    low, high = RATE_RANGE_BPS
+    if not low <= link.bandwidth_bps <= high:
+        return (f"--link {values['link']}: its bandwidth_bps {link.bandwidth_bps:g} is outside the rates the model "
+                f"takes, {low / 1e3:g}kbit to {high / 1e9:g}gbit")
     values["bandwidth"] = f"{round(link.bandwidth_bps / 1e3)}kbit"
     values["latency"] = f"{round(link.latency_s * 1e9)}ns"
     return None
@@ -286,7 +293,10 @@ def from_link(values: dict[str, Any]) -> str | None:
 
 def problems(values: Mapping[str, Any]) -> str | None:
     """The first option but advise's limits whose value is refused: the line that says so; None if none is."""
-    return next(filter(None, (problem(opt, values) for opt in OPTIONS if not opt.advise_only)), None)
+    found = next(filter(None, (problem(opt, values) for opt in OPTIONS if not opt.advise_only)), None)
+    if found is None and values.get("overlap_slowdown") is not None and not values["overlap"]:
+        return "--overlap_slowdown is for --overlap true: without overlap nothing runs beside the compute"
+    return found
 
 
 def limit(args: argparse.Namespace, judged: Quality, results: Path) -> tuple[float, str | None]:

@@ -108,3 +108,12 @@ def test_randomk_pairs_are_chosen_together_as_often_as_a_uniform_subset():
     pairs = together[torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)]
     z = (pairs - T * p).abs() / math.sqrt(T * p * (1 - p))
     assert float(z.max()) < 4.5
+
+
+def test_randomk_decode_add_quiets_a_signalling_nan_elsewhere_as_the_dense_add(impl):
+    c = C.get("randomk", pi=0.25, impl=impl)
+    payload = c.encode(torch.ones(64), step=3)
+    out = torch.zeros(64)
+    out.view(torch.int32)[:] = 0x7F800001  # a signalling NaN everywhere
+    c.decode(payload, out=out, add=True)
+    assert set(out.view(torch.int32).tolist()) == {0x7FC00001}  # out + value and out + 0.0 alike: quiet

@@ -73,9 +73,13 @@ def test_predict_with_a_probes_file_is_predict_with_its_link(tmp_path, monkeypat
     ([], "--bandwidth RATE or --link FILE is needed"),
     (["--link", "{bad}"], "is not a probe's file of lowprec cluster probe"),
     (["--link", "{negative}"], "its bandwidth_bps must be above 0"),
+    (["--link", "{link}", "--latency", "5us"], "--latency and --link both give the link: give one"),
+    (["--link", "{fast}"], "its bandwidth_bps 4e+11 is outside the rates the model takes, 8kbit to 100gbit"),
 ])
 def test_predict_refuses_a_link_given_twice_none_or_unreadable(tmp_path, capsys, args, message):
-    files = {"link": tmp_path / "l.json", "bad": tmp_path / "b.json", "negative": tmp_path / "n.json"}
+    files = {"link": tmp_path / "l.json", "bad": tmp_path / "b.json", "negative": tmp_path / "n.json",
+             "fast": tmp_path / "f.json"}
+    files["fast"].write_text(json.dumps({"bandwidth_bps": 4e11, "latency_s": 0.0}))
     files["link"].write_text(json.dumps({"bandwidth_bps": 1e9, "latency_s": 0.0}))
     files["bad"].write_text("{")
     files["negative"].write_text(json.dumps({"bandwidth_bps": -1, "latency_s": 0.0}))

@@ -76,6 +76,18 @@ def test_codecs_measured_here_are_scaled_as_the_step_is(tmp_path, monkeypatch):
     assert "measured here on 2,372 floats, scaled as the step is" in notes[1]
 
 
+def test_a_codec_of_its_own_algorithm_is_predicted_with_it(monkeypatch):
+    monkeypatch.setattr(from_step, "measured_rates", lambda names, numel: {
+        (n, op): 1.0 for n in names for op in ("encode", "decode")})
+    table, _ = from_step.predict_from_step(MLP, 0.008, ["dgc"], cluster(2, 1, 1e9, 0.0, 1e9), prof=PROFILE,
+                                           reduction_rate=1e9)
+    dgc = table.iloc[1]
+    # DGC averages by all_gather: its one-worker trial encodes and decodes the 2048 floats once (x 2: the step
+    # twice this machine's); at 2 workers it decodes both payloads
+    assert dgc["algorithm"] == "allgather"
+    assert (dgc["encode_s"], dgc["decode_s"]) == pytest.approx((4 * 2048 / 1e9 * 2, 2 * 4 * 2048 / 1e9 * 2))
+
+
 def run_cli(args, capsys):
     code = cli.main(["predict", *args])
     return code, capsys.readouterr()
@@ -105,6 +117,8 @@ def test_predict_from_a_step_time_prints_and_saves_its_table(tmp_path, capsys):
     (["--compressors", "fp16,qsgdd"], "unknown compressor 'qsgdd'"),
     (["--compressors", "powersgd"], "powersgd runs as a hook or inside its optimizer"),
     (["--codec_table", "nowhere.json"], "--codec_table nowhere.json is not a file"),
+    (["--compute_scale", "2"], "--compute_scale is for a results folder"),
+    (["--overlap_slowdown", "0.2"], None),
 ])
 def test_predict_from_a_step_time_refuses_bad_input_in_one_line(change, message, capsys):
     args = list(STEP)
@@ -116,6 +130,9 @@ def test_predict_from_a_step_time_refuses_bad_input_in_one_line(change, message,
         args += [name, value]
     else:
         args[at + 1] = value
+    if message is None:  # valid alone; refused beside --overlap false
+        args += ["--overlap", "false"]
+        message = "--overlap_slowdown is for --overlap true"
     code, printed = run_cli(args, capsys)
     assert code == 2
     assert len(printed.err.strip().splitlines()) == 1 and message in printed.err

@@ -1108,6 +1108,10 @@ def test_a_folder_of_gpu_trials_is_predicted_with_a_note_where_no_gpu_profiles_i
     assert notes[-1].startswith("the trials ran on a GPU and this machine has none: the model's profile")
     assert "GPU trials: compute taken 18.9% slower while communication overlaps it, Lee et al. 2025's" in notes[-3]
     assert list(table["overlap_slowdown"]) == [0.189, 0.189]
+    # the cached profile, read on the next call, was this CPU's still: said again
+    again, again_notes = predictor.predict(folder, 8e6, 2, 0.0)
+    assert again_notes[-1].startswith("the trials ran on a GPU and this machine has none")
+    assert again.equals(table)
     # the GPU trials' times as a CPU trial's would be: the same predictions where nothing overlaps (the one
     # bucket is ready as backward ends), and none slowed on the CPU
     cpu = tmp_path / "cpu"
