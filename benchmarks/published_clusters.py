@@ -64,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     points = pd.read_csv(args.clusters, dtype={"input_shape": str})
     slowdowns = [float(s) for s in args.slowdowns.split(",")]
-    torch.set_num_threads(torch.get_num_threads())
     rate = measure.reduction_rate()
     profiles = {}
     for key, first in points.groupby(["model", "model_options", "input_shape", "num_classes"]).first().iterrows():

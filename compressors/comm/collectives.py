@@ -231,9 +231,8 @@ def sra_compressed(tensors: list[torch.Tensor], keys: list[int], compressor: Com
                    for r in range(world)]
         for r in range(world):
             compressor.decode_many(per_dest[r], decoded[r])
-        for i, (key, v, (shape, _, axis)) in enumerate(zip(keys, vs, layout)):
-            ef.update(key, v, torch.cat([decoded[r][i].reshape(chunk_shape(shape, layout[i][1][r], axis))
-                                         for r in range(world)], dim=axis).reshape(v.shape))
+        for i, (key, v, (_, _, axis)) in enumerate(zip(keys, vs, layout)):
+            ef.update(key, v, torch.cat([decoded[r][i] for r in range(world)], dim=axis).reshape(v.shape))
     send_sizes = [p.numel() for p in per_dest]
     send = torch.cat(per_dest)
     # What every rank sends to me has the size of my chunks' payloads.

@@ -300,8 +300,7 @@ class Compressor(ABC):
             self._decode_numba(body, header.shape, target.view(-1).numpy(), add)
             return target.view(header.shape)
         if self.cast_dtype is not None and out is not None:  # one pass from the payload into out
-            cast = wire.section(payload.contiguous(), header.nbytes, header.numel, self.cast_dtype)
-            (out.view(-1).add_ if add else out.view(-1).copy_)(cast)
+            self._decode_cast(payload.contiguous(), header, header.nbytes, out, add)
             return out.view(header.shape)
         # Sections are viewed in place, which needs a dense buffer.
         values = self._decode_body(payload.contiguous(), header.nbytes, header.shape)
@@ -369,7 +368,7 @@ class Compressor(ABC):
         if path != "numba" and not cast:
             at = 0
             for out in outs:
-                header = wire.read_header(payload[at:at + _first_nbytes(payload, at)])
+                header = wire.read_header_at(payload, at)
                 size = header.nbytes + header.body_nbytes
                 self.decode(payload[at:at + size], out=out, add=add)
                 at += size
@@ -383,13 +382,18 @@ class Compressor(ABC):
                 self._accept(header)
             _check_out(self.name, out, torch.float32, header.numel, payload.device)
             start = at + header.nbytes
-            if cast:  # one pass from the payload into out
-                values = wire.section(payload, start, header.numel, self.cast_dtype)
-                (out.view(-1).add_ if add else out.view(-1).copy_)(values)
+            if cast:
+                self._decode_cast(payload, header, start, out, add)
             else:
                 self._decode_numba(array[start:start + header.body_nbytes], header.shape, out.view(-1).numpy(), add)
             at = start + header.body_nbytes
         _check_filled(self.name, at, array.size)
+
+    def _decode_cast(self, payload: torch.Tensor, header: wire.Header, start: int, out: torch.Tensor,
+                     add: bool) -> None:
+        """A cast's body at byte ``start`` of ``payload`` into ``out`` (added with ``add``), in one pass."""
+        values = wire.section(payload, start, header.numel, self.cast_dtype)
+        (out.view(-1).add_ if add else out.view(-1).copy_)(values)
 
     def _accept(self, header: wire.Header) -> None:
         """Check that this decoder reads ``header``'s payloads (codec, parameters, body size)."""
@@ -439,15 +443,6 @@ class Compressor(ABC):
 
 
 _HEADERS_KEPT = 1024  # headers a codec keeps (``Compressor._header``)
-
-
-def _first_nbytes(payload: torch.Tensor, at: int) -> int:
-    """The size of the payload at byte ``at`` of payloads back to back, from its header's fixed part."""
-    head = wire._host_bytes(payload[at:], min(payload.numel() - at, wire.header_nbytes(wire.MAX_NDIM)))
-    if len(head) < wire.HEADER_FIXED_NBYTES:
-        raise wire.PayloadError(f"payload truncated: {len(head)} bytes, the header alone needs "
-                                f"{wire.HEADER_FIXED_NBYTES}")
-    return wire.header_nbytes(head[7]) + struct.unpack_from("<Q", head, 32)[0]  # byte 7: ndim; 32: the body's size
 
 
 def _check_filled(name: str, used: int, total: int) -> None:

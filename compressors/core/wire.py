@@ -97,13 +97,16 @@ def read_header(payload: torch.Tensor) -> Header:
     return header
 
 
-def read_header_at(array: np.ndarray, start: int) -> Header:
-    """Parse and check the header of the payload at byte ``start`` of a host buffer of payloads back to back
-    (uint8 ``array``): the payload must fit in what follows ``start``."""
-    room = array.size - start
+def read_header_at(buffer: np.ndarray | torch.Tensor, start: int) -> Header:
+    """Parse and check the header of the payload at byte ``start`` of payloads back to back (a uint8 numpy
+    ``buffer`` on the host, or a 1-D uint8 tensor on any device): the payload must fit in what follows."""
+    room = (buffer.size if isinstance(buffer, np.ndarray) else buffer.numel()) - start
     if room < HEADER_FIXED_NBYTES:
         raise PayloadError(f"payload truncated: {room} bytes, the header alone needs {HEADER_FIXED_NBYTES}")
-    header = _parse(array[start:start + min(room, header_nbytes(MAX_NDIM))].tobytes(), room)
+    count = min(room, header_nbytes(MAX_NDIM))
+    head = buffer[start:start + count].tobytes() if isinstance(buffer, np.ndarray) else \
+        _host_bytes(buffer[start:], count)
+    header = _parse(head, room)
     if room < header.nbytes + header.body_nbytes:
         raise PayloadError(f"payload truncated: {room} bytes, its header says {header.nbytes + header.body_nbytes}")
     return header

@@ -184,7 +184,9 @@ def predict_from_step(model: Model, step_time_s: float, names: Sequence[str], ta
     notes = [f"profile: {model.name} measured here ({here_s * 1e3:.4g} ms a step on a random batch of "
              f"{model.batch_size}), scaled to the step time {step_time_s * 1e3:.4g} ms; the reduction rate "
              f"measured here, scaled the same way"]
-    if codec_table is not None:
+    if len(names) == 1:  # fp32 alone: no codec to time
+        rates, codec_scale = {}, 1.0
+    elif codec_table is not None:
         rates, codec_scale = table_rates(codec_table), 1.0
         missing = [n for n in names if n != "fp32" and not {(n, "encode"), (n, "decode")} <= rates.keys()]
         if missing:

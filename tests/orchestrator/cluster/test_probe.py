@@ -33,6 +33,7 @@ def _rank(rank, world, path, out):
         out.write_text(json.dumps(found))
 
 
+@pytest.mark.slow  # two spawned processes: seconds of start-up
 def test_a_group_of_two_processes_measures_both_collectives(tmp_path):
     out = tmp_path / "found.json"
     mp.start_processes(_rank, args=(2, tmp_path / "store", out), nprocs=2, start_method="spawn", join=True)
